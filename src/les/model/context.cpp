@@ -1,0 +1,349 @@
+#include "les/model/context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "les/model/ops.h"
+#include "les/model/router.h"
+#include "les/quant/kernels.h"
+#include "les/util/error.h"
+
+namespace les {
+
+namespace {
+
+template <class T>
+void ensure(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+}  // namespace
+
+Context::Context(const Model& model, const ContextParams& p, ExpertSource* experts)
+    : model_(model), cfg_(model.config()), experts_(experts), pool_(std::max(1, p.n_threads)) {
+  if (!experts_) {
+    owned_source_ = std::make_unique<ResidentExperts>(model.weights());
+    experts_ = owned_source_.get();
+  }
+  n_ctx_ = p.n_ctx > 0 ? p.n_ctx : std::min(cfg_.n_ctx_train, 4096);
+  if (n_ctx_ < 1) throw Error("context size must be >= 1");
+  n_batch_ = std::max(1, p.n_batch);
+  k_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
+  v_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  rope_cache_.resize(sz(cfg_.n_rot));
+}
+
+Context::~Context() = default;
+
+uint64_t Context::state_bytes() const {
+  const uint64_t kv = (k_cache_.size() + v_cache_.size()) * sizeof(float);
+  const uint64_t work = (h_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + att_.size() + tmp_.size() +
+                         router_logits_.size() + logits_.size() + expert_out_.size() + ex_in_.size() +
+                         ex_g_.size() + ex_u_.size() + ex_y_.size()) * sizeof(float);
+  return kv + work;
+}
+
+const float* Context::logits(int i) const {
+  LES_ASSERT(i >= 0 && i < n_outputs_);
+  return logits_.data() + sz(i) * sz(cfg_.n_vocab);
+}
+
+void Context::rollback(int n) {
+  if (n < 0 || n > n_past_) throw Error(strfmt("rollback to %d is outside [0, %d]", n, n_past_));
+  n_past_ = n;
+}
+
+void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) throw Error("eval: no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
+    }
+  }
+  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
+    throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", n_past_,
+                       tokens.size(), n_ctx_));
+  }
+  const int n_total = static_cast<int>(tokens.size());
+  n_outputs_ = all_logits ? n_total : 1;
+  ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
+  for (int b = 0; b < n_total; b += n_batch_) {
+    const int n = std::min(n_batch_, n_total - b);
+    const bool last_chunk = b + n == n_total;
+    if (all_logits) {
+      forward_chunk(tokens.data() + b, n, true, b);
+    } else {
+      forward_chunk(tokens.data() + b, n, false, last_chunk ? 0 : -1);
+    }
+  }
+  experts_->on_token_done();
+}
+
+void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base) {
+  const ModelWeights& w = model_.weights();
+  const int64_t E = cfg_.n_embd;
+  ensure(h_, sz(n) * sz(E));
+  ensure(xn_, sz(n) * sz(E));
+  ensure(tmp_, sz(n) * sz(E));
+
+  // Token embeddings.
+  const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(w.tok_embd.type)];
+  LES_ASSERT(deq != nullptr);
+  for (int i = 0; i < n; ++i) deq(w.tok_embd.row(tokens[i]), h_.data() + sz(i) * sz(E), E);
+  if (observer_) observer_(-1, "inp_embd", h_.data(), n, E);
+
+  const int pos0 = n_past_;
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    attention(il, n, pos0);
+    ffn(il, n);
+    if (observer_) observer_(il, "l_out", h_.data(), n, E);
+  }
+  n_past_ += n;
+
+  // Output head for the rows that need logits.
+  if (out_base < 0) return;
+  const int first = all_logits ? 0 : n - 1;
+  const int rows = n - first;
+  for (int i = first; i < n; ++i) {
+    ops::rms_norm(h_.data() + sz(i) * sz(E), w.output_norm.data, xn_.data() + sz(i - first) * sz(E), E, cfg_.rms_eps);
+  }
+  if (observer_) observer_(-1, "result_norm", xn_.data(), rows, E);
+  matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
+}
+
+void Context::attention(int il, int n, int pos0) {
+  const LayerWeights& L = model_.weights().layers[sz(il)];
+  const int64_t E = cfg_.n_embd;
+  const int hd = cfg_.head_dim_k, hdv = cfg_.head_dim_v;
+  const int64_t nq = cfg_.n_q(), nk = cfg_.n_kv_k(), nv = cfg_.n_kv_v();
+  ensure(q_, sz(n) * sz(nq));
+  ensure(k_, sz(n) * sz(nk));
+  ensure(v_, sz(n) * sz(nv));
+  ensure(att_, sz(n) * sz(cfg_.n_head) * sz(hdv));
+
+  for (int i = 0; i < n; ++i) {
+    ops::rms_norm(h_.data() + sz(i) * sz(E), L.attn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
+  }
+  if (observer_) observer_(il, "attn_norm", xn_.data(), n, E);
+
+  // Q, K, V share the input: quantize it once when their types agree.
+  auto project = [&](const Matrix& W, const Vec& b, std::vector<float>& out, int64_t width) {
+    if (acts_.type != act_type(W.type) || acts_.n_tok != n || acts_.n_in != E) {
+      quantize_acts(act_type(W.type), xn_.data(), n, E, E, acts_, &pool_);
+    }
+    matmul(W, acts_, out.data(), width, pool_);
+    if (b.present()) {
+      for (int i = 0; i < n; ++i) {
+        float* row = out.data() + sz(i) * sz(width);
+        for (int64_t j = 0; j < width; ++j) row[j] += b.data[j];
+      }
+    }
+  };
+  acts_.n_tok = -1;  // invalidate
+  project(L.wq, L.bq, q_, nq);
+  project(L.wk, L.bk, k_, nk);
+  project(L.wv, L.bv, v_, nv);
+
+  // q/k norms.
+  if (cfg_.qk_norm == QkNorm::per_head) {
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < cfg_.n_head; ++h) {
+        float* x = q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd);
+        ops::rms_norm(x, L.q_norm.data, x, hd, cfg_.rms_eps);
+      }
+      for (int h = 0; h < cfg_.n_head_kv; ++h) {
+        float* x = k_.data() + sz(i) * sz(nk) + sz(h) * sz(hd);
+        ops::rms_norm(x, L.k_norm.data, x, hd, cfg_.rms_eps);
+      }
+    }
+  } else if (cfg_.qk_norm == QkNorm::full) {
+    for (int i = 0; i < n; ++i) {
+      float* xq = q_.data() + sz(i) * sz(nq);
+      ops::rms_norm(xq, L.q_norm.data, xq, nq, cfg_.rms_eps);
+      float* xk = k_.data() + sz(i) * sz(nk);
+      ops::rms_norm(xk, L.k_norm.data, xk, nk, cfg_.rms_eps);
+    }
+  }
+
+  // RoPE.
+  ops::RopeParams rp;
+  rp.n_rot = cfg_.n_rot;
+  rp.type = cfg_.rope_type;
+  rp.freq_base = cfg_.rope_freq_base;
+  rp.freq_scale = cfg_.rope_freq_scale;
+  rp.freq_factors = model_.weights().rope_freqs.data;
+  for (int i = 0; i < n; ++i) {
+    ops::rope_cache(rp, pos0 + i, rope_cache_.data());
+    for (int h = 0; h < cfg_.n_head; ++h) ops::rope_apply(rp, rope_cache_.data(), q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd));
+    for (int h = 0; h < cfg_.n_head_kv; ++h) ops::rope_apply(rp, rope_cache_.data(), k_.data() + sz(i) * sz(nk) + sz(h) * sz(hd));
+  }
+
+  // Append to the KV cache.
+  float* kc = k_cache_.data() + sz(il) * sz(n_ctx_) * sz(nk);
+  float* vc = v_cache_.data() + sz(il) * sz(n_ctx_) * sz(nv);
+  std::memcpy(kc + sz(pos0) * sz(nk), k_.data(), sz(n) * sz(nk) * sizeof(float));
+  std::memcpy(vc + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
+
+  // Causal attention, one (token, head) pair per task.
+  const int group = cfg_.n_head / cfg_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t n_pairs = static_cast<int64_t>(n) * cfg_.n_head;
+  const int n_kv_max = pos0 + n;
+  pool_.parallel_for(n_pairs, 1, [&](int, int64_t b, int64_t e) {
+    std::vector<float> sc(sz(n_kv_max));
+    for (int64_t pidx = b; pidx < e; ++pidx) {
+      const int i = static_cast<int>(pidx / cfg_.n_head);
+      const int h = static_cast<int>(pidx % cfg_.n_head);
+      const int g = h / group;
+      const int n_kv = pos0 + i + 1;
+      const float* qv = q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd);
+      for (int j = 0; j < n_kv; ++j) {
+        const float* kv = kc + sz(j) * sz(nk) + sz(g) * sz(hd);
+        float s = 0.0f;
+        for (int d = 0; d < hd; ++d) s += kv[d] * qv[d];
+        sc[sz(j)] = s * scale;
+      }
+      ops::softmax(sc.data(), n_kv);
+      float* out = att_.data() + sz(i) * sz(cfg_.n_head) * sz(hdv) + sz(h) * sz(hdv);
+      for (int d = 0; d < hdv; ++d) out[d] = 0.0f;
+      for (int j = 0; j < n_kv; ++j) {
+        const float* vv = vc + sz(j) * sz(nv) + sz(g) * sz(hdv);
+        const float p = sc[sz(j)];
+        for (int d = 0; d < hdv; ++d) out[d] += p * vv[d];
+      }
+    }
+  });
+  if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
+
+  matmul(L.wo, att_.data(), n, cfg_.n_head * hdv, tmp_.data(), E, pool_, acts_);
+  for (int i = 0; i < n; ++i) {
+    float* t = tmp_.data() + sz(i) * sz(E);
+    float* hr = h_.data() + sz(i) * sz(E);
+    if (L.bo.present()) for (int64_t j = 0; j < E; ++j) t[j] += L.bo.data[j];
+    for (int64_t j = 0; j < E; ++j) hr[j] = t[j] + hr[j];
+  }
+  if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
+}
+
+void Context::ffn(int il, int n) {
+  const LayerWeights& L = model_.weights().layers[sz(il)];
+  const int64_t E = cfg_.n_embd;
+  const int K = cfg_.n_expert_used;
+  const int64_t F = cfg_.n_ff_exp;
+
+  for (int i = 0; i < n; ++i) {
+    ops::rms_norm(h_.data() + sz(i) * sz(E), L.ffn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
+  }
+  if (observer_) observer_(il, "ffn_norm", xn_.data(), n, E);
+  experts_->on_router_input(il, xn_.data(), n);
+
+  // Routing.
+  ensure(sel_ids_, sz(n) * sz(K));
+  ensure(sel_w_, sz(n) * sz(K));
+  if (L.router.present()) {
+    ensure(router_logits_, sz(n) * sz(cfg_.n_expert));
+    matmul(L.router, xn_.data(), n, E, router_logits_.data(), cfg_.n_expert, pool_, acts_);
+    RouterParams rp{cfg_.n_expert, K, cfg_.norm_topk, cfg_.expert_weights_scale};
+    for (int i = 0; i < n; ++i) {
+      route_softmax_topk(rp, router_logits_.data() + sz(i) * sz(cfg_.n_expert), sel_ids_.data() + sz(i) * sz(K),
+                         sel_w_.data() + sz(i) * sz(K));
+    }
+  } else {
+    for (int i = 0; i < n; ++i) {
+      sel_ids_[sz(i)] = 0;
+      sel_w_[sz(i)] = 1.0f;
+    }
+  }
+
+  // Group (token, slot) pairs by expert; experts listed in order of first use.
+  std::vector<int32_t> uniq;
+  std::vector<std::vector<int32_t>> members;  // per unique expert: indices i*K + slot
+  {
+    std::vector<int32_t> index_of(sz(cfg_.n_expert), -1);
+    for (int i = 0; i < n; ++i) {
+      for (int s = 0; s < K; ++s) {
+        const int32_t e = sel_ids_[sz(i) * sz(K) + sz(s)];
+        if (index_of[sz(e)] < 0) {
+          index_of[sz(e)] = static_cast<int32_t>(uniq.size());
+          uniq.push_back(e);
+          members.emplace_back();
+        }
+        members[sz(index_of[sz(e)])].push_back(i * K + s);
+      }
+    }
+  }
+
+  ensure(expert_out_, sz(n) * sz(K) * sz(E));
+  experts_->with_experts(il, uniq, [&](size_t ui, const ExpertView& ev) {
+    const std::vector<int32_t>& mem = members[ui];
+    const int64_t m = static_cast<int64_t>(mem.size());
+    ensure(ex_in_, sz(m) * sz(E));
+    ensure(ex_g_, sz(m) * sz(F));
+    ensure(ex_u_, sz(m) * sz(F));
+    ensure(ex_y_, sz(m) * sz(E));
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(ex_in_.data() + sz(r) * sz(E), xn_.data() + sz(mem[sz(r)] / K) * sz(E), sz(E) * sizeof(float));
+    }
+    quantize_acts(act_type(ev.gate.type), ex_in_.data(), m, E, E, acts_, &pool_);
+    matmul(ev.gate, acts_, ex_g_.data(), F, pool_);
+    if (act_type(ev.up.type) != acts_.type) quantize_acts(act_type(ev.up.type), ex_in_.data(), m, E, E, acts_, &pool_);
+    matmul(ev.up, acts_, ex_u_.data(), F, pool_);
+    for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::silu(ex_g_[sz(j)]) * ex_u_[sz(j)];
+    matmul(ev.down, ex_g_.data(), m, F, ex_y_.data(), E, pool_, acts2_);
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
+    }
+  });
+
+  // Combine in router order: out = y0*w0 + y1*w1 + ... (fixed order, never completion order).
+  for (int i = 0; i < n; ++i) {
+    float* out = tmp_.data() + sz(i) * sz(E);
+    for (int s = 0; s < K; ++s) {
+      const float wgt = sel_w_[sz(i) * sz(K) + sz(s)];
+      const float* y = expert_out_.data() + (sz(i) * sz(K) + sz(s)) * sz(E);
+      if (s == 0) {
+        for (int64_t j = 0; j < E; ++j) out[j] = y[j] * wgt;
+      } else {
+        for (int64_t j = 0; j < E; ++j) out[j] = out[j] + y[j] * wgt;
+      }
+    }
+  }
+
+  // Shared expert (qwen2moe): out += ffn_shexp(x) * sigmoid(w . x).
+  if (L.shexp_gate.present()) {
+    const int64_t FS = cfg_.n_ff_shexp;
+    ensure(sh_g_, sz(n) * sz(FS));
+    ensure(sh_u_, sz(n) * sz(FS));
+    ensure(sh_y_, sz(n) * sz(E));
+    ensure(sh_gate_, sz(n));
+    matmul(L.shexp_gate, xn_.data(), n, E, sh_g_.data(), FS, pool_, acts_);
+    matmul(L.shexp_up, xn_.data(), n, E, sh_u_.data(), FS, pool_, acts_);
+    for (int64_t j = 0; j < int64_t(n) * FS; ++j) sh_g_[sz(j)] = ops::silu(sh_g_[sz(j)]) * sh_u_[sz(j)];
+    matmul(L.shexp_down, sh_g_.data(), n, FS, sh_y_.data(), E, pool_, acts2_);
+    if (L.shexp_gate_inp.present()) {
+      matmul(L.shexp_gate_inp, xn_.data(), n, E, sh_gate_.data(), 1, pool_, acts_);
+      for (int i = 0; i < n; ++i) {
+        const float g = sh_gate_[sz(i)];
+        sh_gate_[sz(i)] = ops::silu(g) / g;  // sigmoid, computed as llama.cpp does
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const float g = L.shexp_gate_inp.present() ? sh_gate_[sz(i)] : 1.0f;
+      float* out = tmp_.data() + sz(i) * sz(E);
+      const float* y = sh_y_.data() + sz(i) * sz(E);
+      for (int64_t j = 0; j < E; ++j) out[j] = out[j] + y[j] * g;
+    }
+  }
+  if (observer_) observer_(il, "ffn_moe_out", tmp_.data(), n, E);
+
+  for (int i = 0; i < n; ++i) {
+    float* hr = h_.data() + sz(i) * sz(E);
+    const float* t = tmp_.data() + sz(i) * sz(E);
+    for (int64_t j = 0; j < E; ++j) hr[j] = t[j] + hr[j];
+  }
+}
+
+}  // namespace les

@@ -1,0 +1,84 @@
+// Inference state of one sequence: KV cache, work buffers and the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "les/model/expert_source.h"
+#include "les/model/matmul.h"
+#include "les/model/model.h"
+#include "les/util/thread_pool.h"
+
+namespace les {
+
+struct ContextParams {
+  int n_ctx = 0;      // 0: the model's training context, capped at 4096
+  int n_threads = 1;
+  int n_batch = 256;  // tokens evaluated per forward pass during prefill
+};
+
+// Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].
+using LayerObserver = std::function<void(int layer, const char* name, const float* data, int64_t n_tok, int64_t width)>;
+
+class Context {
+ public:
+  // experts: where routed experts come from; null = resident (the mapped file).
+  Context(const Model& model, const ContextParams& p, ExpertSource* experts = nullptr);
+  ~Context();
+
+  // Evaluates tokens at positions n_past().. . Logits of every position are kept when
+  // all_logits, else only the last one's. Throws les::Error for a token id out of range or
+  // when the context would overflow.
+  void eval(std::span<const int32_t> tokens, bool all_logits);
+
+  // Logits of output i of the last eval (i < n_outputs()), [n_vocab].
+  const float* logits(int i) const;
+  const float* last_logits() const { return logits(n_outputs_ - 1); }
+  int n_outputs() const { return n_outputs_; }
+
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return n_ctx_; }
+  // Forgets positions >= n (rollback of rejected tokens); 0 resets.
+  void rollback(int n);
+
+  void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
+  ThreadPool& pool() { return pool_; }
+  const Model& model() const { return model_; }
+
+  // Bytes of KV cache and work buffers (for memory budgets).
+  uint64_t state_bytes() const;
+
+ private:
+  void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base);
+  void attention(int il, int n, int pos0);
+  void ffn(int il, int n);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  std::unique_ptr<ExpertSource> owned_source_;
+  ExpertSource* experts_;
+  ThreadPool pool_;
+  int n_ctx_ = 0;
+  int n_batch_ = 0;
+  int n_past_ = 0;
+  int n_outputs_ = 0;
+
+  std::vector<float> k_cache_, v_cache_;  // [n_layer][n_ctx][n_kv_k|n_kv_v]
+  // Work buffers sized for n_batch tokens.
+  std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
+  std::vector<float> logits_;  // [n_outputs][n_vocab]
+  std::vector<float> rope_cache_;
+  QuantizedActs acts_, acts2_;
+  // MoE
+  std::vector<int32_t> sel_ids_;
+  std::vector<float> sel_w_;
+  std::vector<float> expert_out_;          // [n_tok][k][n_embd]
+  std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
+  std::vector<float> sh_g_, sh_u_, sh_y_, sh_gate_;
+  LayerObserver observer_;
+};
+
+}  // namespace les

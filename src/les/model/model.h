@@ -1,0 +1,50 @@
+// A loaded model: configuration, tensor views, and the file image they point into.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "les/gguf/gguf.h"
+#include "les/model/config.h"
+#include "les/model/weights.h"
+#include "les/util/mapped_file.h"
+
+namespace les {
+
+struct LoadOptions {
+  // Map expert tensors too. When false, expert stacks carry only their file offsets and an
+  // expert store must provide their bytes (streaming under a memory budget).
+  bool map_experts = true;
+};
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opt = {});
+
+  const std::string& path() const { return path_; }
+  const gguf::File& gguf() const { return gguf_; }
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+
+  // Bytes of the tensors that are always resident vs the routed experts.
+  uint64_t dense_bytes() const { return dense_bytes_; }
+  uint64_t expert_bytes() const { return expert_bytes_; }
+  // Bytes of one routed expert (gate + up + down) of a layer.
+  uint64_t expert_size(int layer) const;
+
+ private:
+  Model() = default;
+  std::string path_;
+  gguf::File gguf_;
+  ModelConfig cfg_;
+  ModelWeights w_;
+  MappedFile file_;
+  std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors
+  uint64_t dense_bytes_ = 0;
+  uint64_t expert_bytes_ = 0;
+
+  friend struct ModelLoader;
+};
+
+}  // namespace les

@@ -1,0 +1,217 @@
+// Architecture tables and loading: every tensor an architecture uses is listed with its shape;
+// every shape is checked; a tensor in the file that no table entry uses is refused.
+#include <cstring>
+#include <set>
+
+#include "les/model/model.h"
+#include "les/util/error.h"
+#include "les/util/fp16.h"
+
+namespace les {
+
+namespace {
+
+enum Need { required, optional };
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ne[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+struct ModelLoader {
+  Model& m;
+  const uint8_t* base = nullptr;  // file image (may be null for experts when not mapped)
+  bool map_experts = true;
+  std::set<std::string> used;
+
+  const gguf::TensorInfo* find(const std::string& name, const std::vector<int64_t>& shape, Need need) {
+    const gguf::TensorInfo* t = m.gguf_.find_tensor(name);
+    if (!t) {
+      if (need == required) {
+        throw Error(strfmt("%s: missing tensor '%s' (expected shape %s) for architecture %s", m.path_.c_str(),
+                           name.c_str(), shape_str(shape).c_str(), m.cfg_.arch_str.c_str()));
+      }
+      return nullptr;
+    }
+    // Trailing dimensions of size 1 are equivalent.
+    std::vector<int64_t> a = t->ne, b = shape;
+    while (a.size() > 1 && a.back() == 1) a.pop_back();
+    while (b.size() > 1 && b.back() == 1) b.pop_back();
+    if (a != b) {
+      throw Error(strfmt("%s: tensor '%s' has shape %s, expected %s", m.path_.c_str(), name.c_str(),
+                         shape_str(t->ne).c_str(), shape_str(shape).c_str()));
+    }
+    used.insert(name);
+    return t;
+  }
+
+  const uint8_t* data_of(const gguf::TensorInfo* t) const {
+    return base + m.gguf_.data_offset + t->offset;
+  }
+
+  Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, Need need) {
+    const gguf::TensorInfo* t = find(name, {n_in, n_out}, need);
+    if (!t) return {};
+    if (!info(t->type).weight_type) {
+      throw Error(strfmt("%s: tensor '%s' has type %s, which is not a weight type", m.path_.c_str(),
+                         name.c_str(), type_name(t->type)));
+    }
+    m.dense_bytes_ += t->n_bytes;
+    return Matrix{t->type, n_in, n_out, row_bytes(t->type, n_in), data_of(t)};
+  }
+
+  ExpertStack experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert, Need need) {
+    const gguf::TensorInfo* t = find(name, {n_in, n_out, n_expert}, need);
+    if (!t) return {};
+    if (!info(t->type).weight_type) {
+      throw Error(strfmt("%s: tensor '%s' has type %s, which is not a weight type", m.path_.c_str(),
+                         name.c_str(), type_name(t->type)));
+    }
+    ExpertStack s;
+    s.type = t->type;
+    s.n_in = n_in;
+    s.n_out = n_out;
+    s.n_expert = n_expert;
+    s.row_bytes = row_bytes(t->type, n_in);
+    s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
+    s.file_offset = m.gguf_.data_offset + t->offset;
+    s.data = map_experts ? data_of(t) : nullptr;
+    m.expert_bytes_ += t->n_bytes;
+    return s;
+  }
+
+  // Dense FFN as a single expert used with weight 1.
+  ExpertStack dense_as_expert(const std::string& name, int64_t n_in, int64_t n_out) {
+    const gguf::TensorInfo* t = find(name, {n_in, n_out}, required);
+    ExpertStack s;
+    s.type = t->type;
+    s.n_in = n_in;
+    s.n_out = n_out;
+    s.n_expert = 1;
+    s.row_bytes = row_bytes(t->type, n_in);
+    s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
+    s.file_offset = m.gguf_.data_offset + t->offset;
+    s.data = data_of(t);
+    m.dense_bytes_ += t->n_bytes;
+    return s;
+  }
+
+  Vec vec(const std::string& name, int64_t n, Need need) {
+    const gguf::TensorInfo* t = find(name, {n}, need);
+    if (!t) return {};
+    m.dense_bytes_ += t->n_bytes;
+    const uint8_t* p = data_of(t);
+    if (t->type == Type::F32) return Vec{reinterpret_cast<const float*>(p), n};
+    std::vector<float> out(static_cast<size_t>(n));
+    if (t->type == Type::F16 || t->type == Type::BF16) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[static_cast<size_t>(i)] = t->type == Type::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+      }
+    } else {
+      throw Error(strfmt("%s: tensor '%s' has type %s; vectors must be F32, F16 or BF16", m.path_.c_str(),
+                         name.c_str(), type_name(t->type)));
+    }
+    m.owned_.push_back(std::move(out));
+    return Vec{m.owned_.back().data(), n};
+  }
+
+  void load_all() {
+    const ModelConfig& c = m.cfg_;
+    ModelWeights& w = m.w_;
+    const int64_t E = c.n_embd;
+    w.tok_embd = matrix("token_embd.weight", E, c.n_vocab, required);
+    w.output_norm = vec("output_norm.weight", E, required);
+    const bool tied_ok = c.arch == Arch::qwen3moe || c.arch == Arch::llama || c.arch == Arch::qwen3 ||
+                         c.arch == Arch::qwen2;
+    w.output = matrix("output.weight", E, c.n_vocab, tied_ok ? optional : required);
+    if (!w.output.present()) w.output = w.tok_embd;
+    if (c.arch == Arch::llama) w.rope_freqs = vec("rope_freqs.weight", c.n_rot / 2, optional);
+
+    if (c.arch == Arch::llama && c.moe && m.gguf_.find_tensor("blk.0.ffn_gate.0.weight")) {
+      throw Error(strfmt("%s: this Mixtral GGUF stores each expert as a separate tensor (an old "
+                         "format); convert it again with a current llama.cpp to merge the experts",
+                         m.path_.c_str()));
+    }
+
+    w.layers.resize(static_cast<size_t>(c.n_layer));
+    for (int il = 0; il < c.n_layer; ++il) {
+      LayerWeights& L = w.layers[static_cast<size_t>(il)];
+      const std::string b = "blk." + std::to_string(il) + ".";
+      L.attn_norm = vec(b + "attn_norm.weight", E, required);
+      L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
+      L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+      L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+      L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
+      L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
+      L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
+      L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+      L.bo = vec(b + "attn_output.bias", E, optional);
+      if (c.qk_norm == QkNorm::per_head) {
+        L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+        L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+      } else if (c.qk_norm == QkNorm::full) {
+        L.q_norm = vec(b + "attn_q_norm.weight", c.n_q(), required);
+        L.k_norm = vec(b + "attn_k_norm.weight", c.n_kv_k(), required);
+      }
+      L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
+      if (c.moe) {
+        L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
+        L.gate = experts(b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+        L.up = experts(b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+        L.down = experts(b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
+        if (c.n_ff_shexp > 0) {
+          if (c.shared_expert_gate) {
+            const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
+            L.shexp_gate_inp = Matrix{t->type, E, 1, row_bytes(t->type, E), data_of(t)};
+            m.dense_bytes_ += t->n_bytes;
+          }
+          L.shexp_gate = matrix(b + "ffn_gate_shexp.weight", E, c.n_ff_shexp, required);
+          L.shexp_up = matrix(b + "ffn_up_shexp.weight", E, c.n_ff_shexp, required);
+          L.shexp_down = matrix(b + "ffn_down_shexp.weight", c.n_ff_shexp, E, required);
+        }
+      } else {
+        L.gate = dense_as_expert(b + "ffn_gate.weight", E, c.n_ff_exp);
+        L.up = dense_as_expert(b + "ffn_up.weight", E, c.n_ff_exp);
+        L.down = dense_as_expert(b + "ffn_down.weight", c.n_ff_exp, E);
+      }
+    }
+
+    for (const auto& t : m.gguf_.tensors) {
+      if (!used.count(t.name)) {
+        throw Error(strfmt("%s: tensor '%s' is not used by architecture %s (unexpected tensor: the file "
+                           "may be of a variant we do not support)",
+                           m.path_.c_str(), t.name.c_str(), c.arch_str.c_str()));
+      }
+    }
+  }
+};
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opt) {
+  std::unique_ptr<Model> m(new Model());
+  m->path_ = path;
+  m->gguf_ = gguf::read_file(path);
+  m->cfg_ = config_from_gguf(m->gguf_, path);
+  m->file_ = MappedFile::open(path);
+  if (m->file_.size() != m->gguf_.file_size) {
+    throw Error(strfmt("%s: file changed while loading (size %zu, header saw %llu)", path.c_str(),
+                       m->file_.size(), static_cast<unsigned long long>(m->gguf_.file_size)));
+  }
+  ModelLoader ld{*m, m->file_.data(), opt.map_experts, {}};
+  ld.load_all();
+  return m;
+}
+
+uint64_t Model::expert_size(int layer) const {
+  const LayerWeights& L = w_.layers.at(static_cast<size_t>(layer));
+  return L.gate.expert_bytes + L.up.expert_bytes + L.down.expert_bytes;
+}
+
+}  // namespace les

@@ -1,0 +1,33 @@
+// Element-wise and row operations of the forward pass, with llama.cpp's (ggml CPU) arithmetic:
+// sums of squares and softmax denominators in double, products in float, in the same order.
+#pragma once
+
+#include <cstdint>
+
+#include "les/model/config.h"
+
+namespace les::ops {
+
+// y = x / sqrt(mean(x^2) + eps) * w  (w may be null: no weight). y may alias x.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// In-place softmax of n values: exp(x - max) / sum. Returns nothing; x is overwritten.
+void softmax(float* x, int64_t n);
+
+// Rotary embedding of one head vector (n_rot first dims rotated, rest untouched) at position pos.
+// theta_scale = freq_base^(-2/n_rot); freq_factors optional [n_rot/2].
+struct RopeParams {
+  int n_rot = 0;
+  RopeType type = RopeType::neox;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;
+};
+// Fills cache[0..n_rot) with interleaved (cos, sin) for position pos (as ggml's rope cache).
+void rope_cache(const RopeParams& p, int64_t pos, float* cache);
+// Applies a cache computed by rope_cache to one head vector in place.
+void rope_apply(const RopeParams& p, const float* cache, float* x);
+
+inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+
+}  // namespace les::ops

@@ -1,0 +1,74 @@
+// Views of a model's tensors. All pointers point into the loaded file image (or owned
+// conversions); shapes follow ggml: n_in is the contiguous dimension.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "les/quant/types.h"
+
+namespace les {
+
+// A weight matrix [n_out][n_in] of `type`, rows of row_bytes.
+struct Matrix {
+  Type type = Type::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  size_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+  bool present() const { return data != nullptr; }
+  size_t bytes() const { return row_bytes * static_cast<size_t>(n_out); }
+};
+
+// A stack of per-expert matrices [n_expert][n_out][n_in] (ffn_*_exps), one contiguous tensor.
+struct ExpertStack {
+  Type type = Type::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  int64_t n_expert = 0;
+  size_t row_bytes = 0;
+  size_t expert_bytes = 0;   // bytes of one expert's matrix
+  uint64_t file_offset = 0;  // absolute offset of expert 0 in the source file
+  const uint8_t* data = nullptr;  // null when experts are not resident (streamed)
+  // Expert e of a resident stack.
+  Matrix expert(int64_t e) const {
+    return Matrix{type, n_in, n_out, row_bytes, data + static_cast<size_t>(e) * expert_bytes};
+  }
+  // The same matrix shape over bytes provided elsewhere (an expert cache slot).
+  Matrix at(const uint8_t* bytes) const { return Matrix{type, n_in, n_out, row_bytes, bytes}; }
+  bool present() const { return n_expert > 0; }
+};
+
+// F32 vector (norm weights, biases).
+struct Vec {
+  const float* data = nullptr;
+  int64_t n = 0;
+  bool present() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  Vec attn_norm;            // [n_embd]
+  Matrix wq, wk, wv;        // [n_q | n_kv_k | n_kv_v][n_embd]
+  Vec bq, bk, bv;           // optional biases
+  Matrix wo;                // [n_embd][n_q]
+  Vec bo;                   // optional
+  Vec q_norm, k_norm;       // [head_dim] (per head) or [n_q]/[n_kv_k] (full), optional
+  Vec ffn_norm;             // [n_embd]
+  Matrix router;            // ffn_gate_inp [n_expert][n_embd]; absent for a dense FFN
+  ExpertStack gate, up, down;  // gate/up [n_expert][n_ff][n_embd], down [n_expert][n_embd][n_ff]
+  Matrix shexp_gate_inp;    // [1][n_embd] (qwen2moe), optional
+  Matrix shexp_gate, shexp_up, shexp_down;  // shared expert, optional
+};
+
+struct ModelWeights {
+  Matrix tok_embd;          // [n_vocab][n_embd]
+  Vec output_norm;          // [n_embd]
+  Matrix output;            // [n_vocab][n_embd] (may alias tok_embd when tied)
+  Vec rope_freqs;           // optional [n_rot/2] frequency factors (llama3)
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace les

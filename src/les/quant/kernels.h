@@ -1,0 +1,48 @@
+// Quantization kernels: quantize / dequantize rows and dot products of a weight row against
+// activations quantized to the weight type's activation type (as llama.cpp does, so that our
+// arithmetic matches its results). Scalar references are always compiled; SIMD variants are
+// chosen at run time through one table per ISA.
+#pragma once
+
+#include <cstdint>
+
+#include "les/quant/types.h"
+
+namespace les {
+
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+const char* isa_name(Isa isa);
+// Best ISA this CPU supports (cpuid + OS support).
+Isa detect_isa();
+
+// Type the activations are quantized to for products with weights of type w:
+// K-quants -> Q8_K; Q4_0/Q5_0/Q8_0 -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16; BF16 -> BF16; F32 -> F32.
+Type act_type(Type w);
+
+// Dot product of n elements: a weight row of type w and an activation row of act_type(w).
+using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// Converts n floats to a row of type t (activation quantization; fast path).
+using QuantizeFn = void (*)(const float* x, void* y, int64_t n);
+using DequantizeFn = void (*)(const void* x, float* y, int64_t n);
+
+struct KernelTable {
+  Isa isa;
+  VecDotFn vec_dot[32];        // indexed by weight type id; nullptr if not provided at this ISA
+  QuantizeFn quantize[32];     // indexed by target type id (activation types must be present)
+  DequantizeFn dequantize[32]; // indexed by type id
+};
+
+// The table for an ISA, with entries missing at that ISA filled from lower ISAs (so every entry
+// of the scalar table is present in all). Returns nullptr if the ISA is not compiled in.
+const KernelTable* kernel_table(Isa isa);
+// The table in use: the best supported ISA unless overridden by set_active_isa (tests, --isa).
+const KernelTable& kernels();
+// Forces an ISA (must be supported by this CPU); returns false if not available.
+bool set_active_isa(Isa isa);
+
+// Reference-quality quantization of weights (may be slow; used by `les quantize` and `les synth`).
+// n must be a multiple of the block size.
+void quantize_row_ref(Type t, const float* x, void* y, int64_t n);
+void dequantize_row(Type t, const void* x, float* y, int64_t n);
+
+}  // namespace les

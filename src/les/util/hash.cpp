@@ -1,0 +1,17 @@
+#include "les/util/hash.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+namespace les {
+
+uint64_t hash64(const void* data, size_t n, uint64_t seed) { return XXH3_64bits_withSeed(data, n, seed); }
+
+std::string hex64(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace les

@@ -1,0 +1,42 @@
+// Helpers shared by the test files.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+namespace les::test {
+
+inline bool file_exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+inline std::string shared_models() { return LES_SHARED_MODELS; }
+inline std::string tiny_moe_path() { return shared_models() + "/tiny-moe-q3m.gguf"; }
+inline std::string tiny_draft_path() { return shared_models() + "/tiny-draft-q3.gguf"; }
+inline std::string source_dir() { return LES_SOURCE_DIR; }
+
+inline std::vector<uint8_t> read_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+inline std::string temp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string base = t ? t : "/tmp";
+  std::string tmpl = base + "/les-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  const char* d = mkdtemp(buf.data());
+  return d ? std::string(d) : base;
+}
+
+#define LES_REQUIRE_FILE(path) \
+  do { if (!::les::test::file_exists(path)) GTEST_SKIP() << "missing " << (path); } while (0)
+
+}  // namespace les::test

@@ -1,0 +1,94 @@
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+#include "les/model/context.h"
+#include "les/session/generate.h"
+#include "les/util/error.h"
+#include "les/util/hash.h"
+
+namespace les::cli {
+
+int cmd_run(int argc, char** argv) {
+  Args a("run", "generate text: les run -m FILE -p PROMPT [-n N] [-t T] [--temp T] [--seed S]",
+         {{{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
+          {{"-p", "--prompt"}, true, "prompt text", "TEXT"},
+          {{"-f", "--file"}, true, "read the prompt from a file", "FILE"},
+          {{"-n", "--n-predict"}, true, "tokens to generate (default 128, -1 = until end)", "N"},
+          {{"-t", "--threads"}, true, "threads (default 2)", "N"},
+          {{"-c", "--ctx-size"}, true, "context size (default: model's, at most 4096)", "N"},
+          {{"-b", "--batch-size"}, true, "prompt tokens per forward pass (default 256)", "N"},
+          {{"--temp"}, true, "temperature (default 0.8; 0 = greedy)", "T"},
+          {{"--top-k"}, true, "top-k sampling (default 40, 0 = off)", "K"},
+          {{"--top-p"}, true, "top-p sampling (default 0.95, 1 = off)", "P"},
+          {{"--min-p"}, true, "min-p sampling (default 0.05, 0 = off)", "P"},
+          {{"--repeat-penalty"}, true, "repetition penalty (default 1.0 = off)", "X"},
+          {{"--repeat-last-n"}, true, "tokens the penalty looks back (default 64)", "N"},
+          {{"-s", "--seed"}, true, "random seed (default 42): same seed, same output", "S"},
+          {{"--chat"}, false, "wrap the prompt in the ChatML template (qwen-family chat)"},
+          {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
+          {{"--no-display-prompt"}, false, "do not echo the prompt"},
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"}});
+  a.parse(argc, argv);
+  if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
+  apply_isa_flag(a);
+
+  std::string prompt = a.str("--prompt");
+  if (a.has("--file")) {
+    std::ifstream f(a.str("--file"), std::ios::binary);
+    if (!f) throw Error(strfmt("run: cannot read prompt file '%s'", a.str("--file").c_str()));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    prompt = ss.str();
+  }
+  if (!a.has("--prompt") && !a.has("--file")) throw Error("run: give a prompt with -p TEXT or -f FILE");
+
+  GenerateParams gp;
+  gp.n_predict = static_cast<int>(a.i64("--n-predict", 128));
+  gp.sampling.temp = static_cast<float>(a.f64("--temp", 0.8));
+  gp.sampling.top_k = static_cast<int>(a.i64("--top-k", 40));
+  gp.sampling.top_p = static_cast<float>(a.f64("--top-p", 0.95));
+  gp.sampling.min_p = static_cast<float>(a.f64("--min-p", 0.05));
+  gp.sampling.repeat_penalty = static_cast<float>(a.f64("--repeat-penalty", 1.0));
+  gp.sampling.repeat_last_n = static_cast<int>(a.i64("--repeat-last-n", 64));
+  gp.sampling.seed = static_cast<uint64_t>(a.i64("--seed", 42));
+  gp.stop_at_eog = !a.has("--ignore-eos");
+  if (gp.sampling.top_p <= 0 || gp.sampling.top_p > 1) throw Error("run: --top-p must be in (0, 1]");
+  if (gp.sampling.min_p < 0 || gp.sampling.min_p > 1) throw Error("run: --min-p must be in [0, 1]");
+  if (gp.sampling.top_k < 0) throw Error("run: --top-k must be >= 0");
+
+  auto model = Model::load(a.required("--model"));
+  Tokenizer tok(vocab_from_gguf(model->gguf()));
+  ContextParams cp;
+  cp.n_threads = static_cast<int>(a.i64("--threads", 2));
+  cp.n_ctx = static_cast<int>(a.i64("--ctx-size", 0));
+  cp.n_batch = static_cast<int>(a.i64("--batch-size", 256));
+  if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("run: --threads must be in [1, 256]");
+  if (cp.n_ctx < 0) throw Error("run: --ctx-size must be >= 0");
+  Context ctx(*model, cp);
+
+  std::string text = prompt;
+  if (a.has("--chat")) text = apply_chatml({{"user", prompt}}, true);
+  const std::vector<int32_t> ids = tok.encode(text, true, a.has("--chat"));
+  if (!a.has("--no-display-prompt")) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const GenerateStats st = generate(ctx, tok, ids, gp, [&](int32_t, const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  std::fprintf(stderr,
+               "\nprompt: %d tokens in %.3f s (%.1f tok/s) | decode: %d tokens, %.1f tok/s | stop: %s\n"
+               "final logits hash: %s\n",
+               st.n_prompt, st.prompt_seconds, st.prompt_tps(), st.n_generated, st.gen_tps(), st.stop_reason.c_str(),
+               hex64(st.final_logits_hash).c_str());
+  return 0;
+}
+
+}  // namespace les::cli

@@ -1,0 +1,13 @@
+// Subcommands of the `les` program. Each parses its own flags and returns an exit code;
+// les::Error escapes to main, which prints it.
+#pragma once
+
+namespace les::cli {
+
+int cmd_run(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_synth(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
+
+}  // namespace les::cli

@@ -1,0 +1,58 @@
+// `les`: one program, subcommands in llama.cpp's conventions.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "les/util/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"run", les::cli::cmd_run, "generate text from a prompt (streams tokens, prints tok/s)"},
+    {"logits", les::cli::cmd_logits, "print per-position argmax/top-K logits as JSON for given tokens"},
+    {"inspect", les::cli::cmd_inspect, "show a GGUF model's architecture, tensors, types and sizes"},
+    {"synth", les::cli::cmd_synth, "write a random-weight model of any supported shape"},
+    {"quantize", les::cli::cmd_quantize, "convert a model's weights to another tensor type"},
+};
+
+void print_usage() {
+  std::fprintf(stderr, "usage: les <command> [options]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(stderr, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(stderr, "\nles <command> --help shows a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) {
+      try {
+        return c.fn(argc - 2, argv + 2);
+      } catch (const les::Error& e) {
+        std::fprintf(stderr, "les %s: error: %s\n", c.name, e.what());
+        return 1;
+      } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "les %s: error: out of memory\n", c.name);
+        return 1;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "les %s: error: %s\n", c.name, e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "les: unknown command '%s'\n\n", argv[1]);
+  print_usage();
+  return 2;
+}
