@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the build dependencies (Debian 12, as root or with sudo) and builds les in ./build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+PKGS="build-essential cmake ninja-build pkg-config libgtest-dev liburing-dev nlohmann-json3-dev libxxhash-dev"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${LES_CMAKE_ARGS:-} >/dev/null
+ninja -C build -j"$(nproc)"
