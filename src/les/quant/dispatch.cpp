@@ -1,0 +1,207 @@
+// Run-time kernel dispatch: CPU feature detection, the per-ISA kernel tables, the active table,
+// and the type-generic row (de)quantization entry points.
+//
+// The tables are built once, on first use, by a thread-safe static initialiser; after that they
+// are immutable. The only mutable global is the pointer to the active table (an atomic).
+
+#include <atomic>
+#include <string>
+
+#include "les/quant/kernels.h"
+#include "les/quant/kernels_internal.h"
+#include "les/util/error.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define LES_DISPATCH_X86 1
+#include <cpuid.h>
+#else
+#define LES_DISPATCH_X86 0
+#endif
+
+namespace les {
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;         // AVX2 + FMA + F16C + BMI2, ymm state enabled by the OS
+  bool avx512 = false;       // avx2 + AVX-512 F/BW/VL/DQ/VNNI, zmm/opmask state enabled by the OS
+  bool avx512_bf16 = false;  // avx512 + AVX512-BF16
+};
+
+#if LES_DISPATCH_X86
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures probe_cpu() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27);
+  const bool avx = c & (1u << 28);
+  const bool fma = c & (1u << 12);
+  const bool f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;  // xgetbv is only available with OSXSAVE
+  const uint64_t xcr0 = read_xcr0();
+  const bool os_ymm = (xcr0 & 0x06) == 0x06;  // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned max_subleaf = a;
+  const bool avx2 = b & (1u << 5);
+  const bool bmi2 = b & (1u << 8);
+  const bool avx512f = b & (1u << 16);
+  const bool avx512dq = b & (1u << 17);
+  const bool avx512bw = b & (1u << 30);
+  const bool avx512vl = b & (1u << 31);
+  const bool avx512vnni = c & (1u << 11);
+  f.avx2 = os_ymm && avx2 && fma && f16c && bmi2;
+  f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  if (f.avx512 && max_subleaf >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx512_bf16 = a & (1u << 5);
+  }
+  return f;
+}
+#else
+CpuFeatures probe_cpu() { return {}; }
+#endif
+
+const CpuFeatures& cpu() {
+  static const CpuFeatures f = probe_cpu();
+  return f;
+}
+
+constexpr int kNumIsa = 3;
+
+struct Tables {
+  KernelTable table[kNumIsa];
+  bool present[kNumIsa];
+};
+
+// Each ISA's table starts as a copy of the one below it and overrides what it provides.
+Tables build_tables() {
+  Tables s{};
+  s.table[0].isa = Isa::scalar;
+  fill_kernel_table_scalar(s.table[0]);
+  s.present[0] = true;
+#if LES_DISPATCH_X86
+  s.table[1] = s.table[0];
+  s.table[1].isa = Isa::avx2;
+  fill_kernel_table_avx2(s.table[1]);
+  s.present[1] = true;
+  s.table[2] = s.table[1];
+  s.table[2].isa = Isa::avx512;
+  fill_kernel_table_avx512(s.table[2]);
+  s.present[2] = true;
+#endif
+  return s;
+}
+
+const Tables& tables() {
+  static const Tables s = build_tables();
+  return s;
+}
+
+// The table in use; nullptr until first use or set_active_isa.
+std::atomic<const KernelTable*> g_active{nullptr};
+
+std::string type_label(Type t) {
+  const auto ti = type_info(static_cast<uint32_t>(t));
+  return ti ? std::string(ti->name) : strfmt("type id %u", static_cast<unsigned>(t));
+}
+
+// Validates (t, n) for a row operation; returns the table index of t.
+int check_row(const char* what, Type t, int64_t n) {
+  const auto ti = type_info(static_cast<uint32_t>(t));
+  if (!ti) throw Error(strfmt("%s: unsupported type %s", what, type_label(t).c_str()));
+  if (n < 0 || n % ti->block_size != 0) {
+    throw Error(strfmt("%s: row length %lld is not a multiple of the %s block size %lld", what,
+                       static_cast<long long>(n), ti->name,
+                       static_cast<long long>(ti->block_size)));
+  }
+  return static_cast<int>(t);
+}
+
+}  // namespace
+
+bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+Isa detect_isa() {
+  const CpuFeatures& f = cpu();
+  if (f.avx512) return Isa::avx512;
+  if (f.avx2) return Isa::avx2;
+  return Isa::scalar;
+}
+
+Type act_type(Type w) {
+  switch (w) {
+    case Type::F32: return Type::F32;
+    case Type::F16: return Type::F16;
+    case Type::BF16: return Type::BF16;
+    case Type::Q4_0:
+    case Type::Q5_0:
+    case Type::Q8_0: return Type::Q8_0;
+    case Type::Q4_1:
+    case Type::Q5_1: return Type::Q8_1;
+    case Type::Q2_K:
+    case Type::Q3_K:
+    case Type::Q4_K:
+    case Type::Q5_K:
+    case Type::Q6_K: return Type::Q8_K;
+    default: break;
+  }
+  throw Error(strfmt("no dot product kernel for weight type %s", type_label(w).c_str()));
+}
+
+const KernelTable* kernel_table(Isa isa) {
+  const int i = static_cast<int>(isa);
+  if (i < 0 || i >= kNumIsa) return nullptr;
+  const Tables& s = tables();
+  return s.present[i] ? &s.table[i] : nullptr;
+}
+
+const KernelTable& kernels() {
+  const KernelTable* p = g_active.load(std::memory_order_acquire);
+  if (p) return *p;
+  const KernelTable* best = kernel_table(detect_isa());
+  LES_ASSERT(best != nullptr);
+  // Another thread may have set it meanwhile (first use or set_active_isa): keep theirs.
+  if (g_active.compare_exchange_strong(p, best, std::memory_order_acq_rel)) return *best;
+  return *p;
+}
+
+bool set_active_isa(Isa isa) {
+  const int i = static_cast<int>(isa);
+  if (i < 0 || i >= kNumIsa || i > static_cast<int>(detect_isa())) return false;
+  const KernelTable* t = kernel_table(isa);
+  if (!t) return false;
+  g_active.store(t, std::memory_order_release);
+  return true;
+}
+
+void quantize_row_ref(Type t, const float* x, void* y, int64_t n) {
+  check_row("quantize_row_ref", t, n);
+  const QuantizeFn fn = ref_weight_quantizer(t);
+  if (!fn) throw Error(strfmt("quantize_row_ref: cannot quantize to %s", type_label(t).c_str()));
+  fn(x, y, n);
+}
+
+void dequantize_row(Type t, const void* x, float* y, int64_t n) {
+  const int id = check_row("dequantize_row", t, n);
+  const DequantizeFn fn = id < 32 ? kernels().dequantize[id] : nullptr;
+  if (!fn) throw Error(strfmt("dequantize_row: cannot dequantize %s", type_label(t).c_str()));
+  fn(x, y, n);
+}
+
+}  // namespace les

@@ -1,0 +1,35 @@
+// Internal interface between the dispatcher (dispatch.cpp) and the per-ISA kernel files.
+// Not part of the public API: include only from src/les/quant/*.cpp and tests.
+#pragma once
+
+#include "les/quant/kernels.h"
+
+namespace les {
+
+// Each fill function stores the entries its ISA provides into `t` and leaves every other entry as
+// it found it. The dispatcher calls them once, on a table that already holds the entries of the
+// lower ISA (scalar -> avx2 -> avx512), so an ISA only overrides what it speeds up.
+// Contract: a fill function only stores function pointers; it must not execute instructions of
+// its ISA (it runs before we know the CPU supports them). An override must give the same
+// results as the entry it replaces: bit-identical for quantize/dequantize, within float rounding
+// for vec_dot.
+void fill_kernel_table_scalar(KernelTable& t);  // quant_ref.cpp: every entry of every type
+void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+F16C+BMI2)
+void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
+
+// Whether the CPU (and OS) support AVX512-BF16. The avx512 ISA level does not require it, so
+// kernels using AVX512-BF16 instructions must be registered only when this returns true.
+bool cpu_has_avx512_bf16();
+
+// Reference-quality weight quantizer for type t (slow; used by quantize_row_ref), or nullptr if
+// there is none. For the activation-only types Q8_1/Q8_K it is the activation quantizer.
+QuantizeFn ref_weight_quantizer(Type t);
+
+// Row quantizers that reproduce llama.cpp's activation quantization bit for bit (see
+// quant_ref.cpp for which llama.cpp code path each one follows). Exposed for the tests and as the
+// fallback of SIMD code. n must be a multiple of the block size.
+void quantize_row_q8_0_act(const float* x, void* y, int64_t n);
+void quantize_row_q8_1_act(const float* x, void* y, int64_t n);
+void quantize_row_q8_K_act(const float* x, void* y, int64_t n);
+
+}  // namespace les

@@ -1,0 +1,712 @@
+// AVX2 kernels against the scalar table and against an independent double-precision reference
+// written here (dequantize-then-dot from the block layouts). Dot products must agree within float
+// rounding; activation quantizers must be bit-identical to the scalar ones.
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "les/quant/blocks.h"
+#include "les/quant/kernels.h"
+#include "les/quant/types.h"
+#include "les/util/fp16.h"
+
+namespace les {
+namespace {
+
+constexpr Type kDotTypes[] = {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::Q2_K,
+                              Type::Q8_0, Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1,
+                              Type::F16,  Type::BF16, Type::F32};
+constexpr Type kActTypes[] = {Type::Q8_K, Type::Q8_0, Type::Q8_1, Type::F16, Type::BF16};
+
+int tid(Type t) { return static_cast<int>(t); }
+
+class QuantSimd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (detect_isa() < Isa::avx2) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+    scalar_ = kernel_table(Isa::scalar);
+    avx2_ = kernel_table(Isa::avx2);
+    if (!avx2_) GTEST_SKIP() << "AVX2 kernels not compiled in";
+    ASSERT_NE(scalar_, nullptr);
+  }
+  const KernelTable* scalar_ = nullptr;
+  const KernelTable* avx2_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Byte buffers at a chosen misalignment.
+
+struct Buf {
+  std::vector<uint8_t> mem;
+  size_t off = 0;
+  Buf(size_t bytes, size_t offset) : mem(bytes + 64, 0xA5), off(offset) {}
+  uint8_t* data() {
+    // 32-byte aligned base inside mem, then the requested offset.
+    const auto base = reinterpret_cast<uintptr_t>(mem.data());
+    return mem.data() + (32 - base % 32) % 32 + off;
+  }
+};
+
+// A buffer between two inaccessible pages, to catch reads or writes outside a row: the bytes
+// handed out start right after the leading guard page or end right before the trailing one.
+class Guarded {
+ public:
+  explicit Guarded(size_t bytes) {
+    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    data_pages_ = (bytes + page_ - 1) / page_;
+    len_ = (data_pages_ + 2) * page_;
+    void* m = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    base_ = static_cast<uint8_t*>(m);
+    mprotect(base_, page_, PROT_NONE);
+    mprotect(base_ + (data_pages_ + 1) * page_, page_, PROT_NONE);
+  }
+  ~Guarded() {
+    if (base_) munmap(base_, len_);
+  }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+  bool ok() const { return base_ != nullptr; }
+  uint8_t* at_start() { return base_ + page_; }
+  uint8_t* at_end(size_t bytes) { return base_ + (data_pages_ + 1) * page_ - bytes; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t page_ = 0, data_pages_ = 0, len_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Random data.
+
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(uint64_t seed) : rng(seed) {}
+  uint8_t byte() { return static_cast<uint8_t>(rng() & 0xff); }
+  float uni(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+  int irange(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+  half_bits half(float lo, float hi) { return f32_to_fp16(uni(lo, hi)); }
+};
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void put_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+uint16_t get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float get_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+float h(const uint8_t* p) { return fp16_to_f32(get16(p)); }
+
+enum class Fill { random, all_max, zero_scales };
+
+// Fills a weight row of type t with n elements at p: random bytes, then every half-precision
+// field replaced by a finite value (random, or 0 for zero_scales).
+void gen_weights(Gen& g, Type t, uint8_t* p, int64_t n, Fill fill) {
+  const size_t bytes = row_bytes(t, n);
+  for (size_t i = 0; i < bytes; ++i) p[i] = fill == Fill::all_max ? 0xff : g.byte();
+  auto d = [&](float lo, float hi) -> half_bits { return fill == Fill::zero_scales ? 0 : g.half(lo, hi); };
+  const int64_t nb = n / block_size(t);
+  const size_t bb = info(t).block_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* x = p + b * bb;
+    switch (t) {
+      case Type::F32:
+        put_f32(x, g.uni(-2.0f, 2.0f));
+        break;
+      case Type::F16:
+        put16(x, g.half(-2.0f, 2.0f));
+        break;
+      case Type::BF16:
+        put16(x, f32_to_bf16(g.uni(-2.0f, 2.0f)));
+        break;
+      case Type::Q4_0: put16(x + offsetof(block_q4_0, d), d(-0.1f, 0.1f)); break;
+      case Type::Q5_0: put16(x + offsetof(block_q5_0, d), d(-0.1f, 0.1f)); break;
+      case Type::Q8_0:
+        put16(x + offsetof(block_q8_0, d), d(-0.1f, 0.1f));
+        // all_max: the extremes 127 and -128 (random bytes include -128 too)
+        if (fill == Fill::all_max) {
+          for (int j = 0; j < QK8_0; ++j) x[offsetof(block_q8_0, qs) + j] = (j % 3) ? 0x7f : 0x80;
+        }
+        break;
+      case Type::Q4_1:
+        put16(x + offsetof(block_q4_1, d), d(0.0f, 0.1f));
+        put16(x + offsetof(block_q4_1, m), d(-1.0f, 1.0f));
+        break;
+      case Type::Q5_1:
+        put16(x + offsetof(block_q5_1, d), d(0.0f, 0.1f));
+        put16(x + offsetof(block_q5_1, m), d(-1.0f, 1.0f));
+        break;
+      case Type::Q2_K:
+        put16(x + offsetof(block_q2_K, d), d(0.0f, 0.02f));
+        put16(x + offsetof(block_q2_K, dmin), d(0.0f, 0.02f));
+        break;
+      case Type::Q3_K: put16(x + offsetof(block_q3_K, d), d(-0.02f, 0.02f)); break;
+      case Type::Q4_K:
+        put16(x + offsetof(block_q4_K, d), d(0.0f, 0.02f));
+        put16(x + offsetof(block_q4_K, dmin), d(0.0f, 0.02f));
+        break;
+      case Type::Q5_K:
+        put16(x + offsetof(block_q5_K, d), d(0.0f, 0.02f));
+        put16(x + offsetof(block_q5_K, dmin), d(0.0f, 0.02f));
+        break;
+      case Type::Q6_K: put16(x + offsetof(block_q6_K, d), d(-0.02f, 0.02f)); break;
+      default: FAIL() << "no generator for " << type_name(t);
+    }
+    if (fill == Fill::zero_scales) {  // sub-block scales too
+      if (t == Type::Q2_K) std::memset(x + offsetof(block_q2_K, scales), 0, 16);
+      if (t == Type::Q3_K) std::memset(x + offsetof(block_q3_K, scales), 0, 12);
+      if (t == Type::Q4_K) std::memset(x + offsetof(block_q4_K, scales), 0, 12);
+      if (t == Type::Q5_K) std::memset(x + offsetof(block_q5_K, scales), 0, 12);
+      if (t == Type::Q6_K) std::memset(x + offsetof(block_q6_K, scales), 0, 16);
+    }
+  }
+}
+
+enum class ActFill { random, min_int8, max_int8 };
+
+// An activation row of type at (an act_type) with n elements: random int8 quants (or all -128 /
+// all 127), consistent block sums.
+void gen_acts(Gen& g, Type at, uint8_t* p, int64_t n, ActFill fill) {
+  auto q8 = [&]() -> int8_t {
+    if (fill == ActFill::min_int8) return -128;
+    if (fill == ActFill::max_int8) return 127;
+    return static_cast<int8_t>(g.byte());
+  };
+  const int64_t nb = n / block_size(at);
+  const size_t bb = info(at).block_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* y = p + b * bb;
+    switch (at) {
+      case Type::F32: put_f32(y, g.uni(-2.0f, 2.0f)); break;
+      case Type::F16: put16(y, g.half(-2.0f, 2.0f)); break;
+      case Type::BF16: put16(y, f32_to_bf16(g.uni(-2.0f, 2.0f))); break;
+      case Type::Q8_0: {
+        put16(y + offsetof(block_q8_0, d), g.half(-0.05f, 0.05f));
+        for (int j = 0; j < 32; ++j) y[offsetof(block_q8_0, qs) + j] = static_cast<uint8_t>(q8());
+        break;
+      }
+      case Type::Q8_1: {
+        const float d = g.uni(-0.05f, 0.05f);
+        put16(y + offsetof(block_q8_1, d), f32_to_fp16(d));
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+          const int8_t q = q8();
+          y[offsetof(block_q8_1, qs) + j] = static_cast<uint8_t>(q);
+          sum += q;
+        }
+        put16(y + offsetof(block_q8_1, s), f32_to_fp16(d * static_cast<float>(sum)));
+        break;
+      }
+      case Type::Q8_K: {
+        put_f32(y + offsetof(block_q8_K, d), g.uni(-0.05f, 0.05f));
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int j = 0; j < 16; ++j) {
+            const int8_t q = q8();
+            y[offsetof(block_q8_K, qs) + 16 * s + j] = static_cast<uint8_t>(q);
+            sum += q;
+          }
+          const int16_t bs = static_cast<int16_t>(sum);
+          std::memcpy(y + offsetof(block_q8_K, bsums) + 2 * s, &bs, 2);
+        }
+        break;
+      }
+      default: FAIL() << "no generator for " << type_name(at);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Independent reference: weights decoded into a scaled part and an offset part per element
+// (w = scaled + offset), activations into d*q; for Q4_1/Q5_1 the offset part pairs with the
+// activation block's stored s (as the kernels define it). Returns the dot in double and the sum
+// of the magnitudes of all product terms (the scale of the float rounding error).
+
+struct RefDot {
+  double value = 0;
+  double mag = 0;
+};
+
+int q3k_scale(const uint8_t* sc, int j) {  // 6-bit scale j of Q3_K, minus 32
+  const int lo = j < 8 ? (sc[j] & 0x0f) : (sc[j - 8] >> 4);
+  const int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+void k4_scale_min(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Decodes block b of a weight row into scaled[] and offset[] (block_size elements each).
+void decode_weight_block(Type t, const uint8_t* x, double* sc, double* of) {
+  switch (t) {
+    case Type::F32: sc[0] = get_f32(x); of[0] = 0; return;
+    case Type::F16: sc[0] = h(x); of[0] = 0; return;
+    case Type::BF16: sc[0] = bf16_to_f32(get16(x)); of[0] = 0; return;
+    case Type::Q8_0: {
+      const double d = h(x);
+      for (int j = 0; j < 32; ++j) sc[j] = d * static_cast<int8_t>(x[2 + j]), of[j] = 0;
+      return;
+    }
+    case Type::Q4_0:
+    case Type::Q4_1: {
+      const bool one = t == Type::Q4_1;
+      const double d = h(x), m = one ? h(x + 2) : 0;
+      const uint8_t* qs = x + (one ? 4 : 2);
+      for (int j = 0; j < 16; ++j) {
+        sc[j] = d * ((qs[j] & 0x0f) - (one ? 0 : 8));
+        sc[j + 16] = d * ((qs[j] >> 4) - (one ? 0 : 8));
+        of[j] = of[j + 16] = m;
+      }
+      return;
+    }
+    case Type::Q5_0:
+    case Type::Q5_1: {
+      const bool one = t == Type::Q5_1;
+      const double d = h(x), m = one ? h(x + 2) : 0;
+      const uint8_t* qhp = x + (one ? 4 : 2);
+      const uint32_t qh = qhp[0] | (qhp[1] << 8) | (qhp[2] << 16) | (static_cast<uint32_t>(qhp[3]) << 24);
+      const uint8_t* qs = qhp + 4;
+      for (int j = 0; j < 16; ++j) {
+        const int v0 = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+        const int v1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        sc[j] = d * (v0 - (one ? 0 : 16));
+        sc[j + 16] = d * (v1 - (one ? 0 : 16));
+        of[j] = of[j + 16] = m;
+      }
+      return;
+    }
+    case Type::Q2_K: {
+      const uint8_t* scales = x;
+      const uint8_t* qs = x + 16;
+      const double d = h(x + 80), dmin = h(x + 82);
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+        const int q = (qs[32 * half + l] >> (2 * k)) & 3;
+        sc[e] = d * (scales[e / 16] & 0x0f) * q;
+        of[e] = -dmin * (scales[e / 16] >> 4);
+      }
+      return;
+    }
+    case Type::Q3_K: {
+      const uint8_t* hm = x;
+      const uint8_t* qs = x + 32;
+      const uint8_t* scales = x + 96;
+      const double d = h(x + 108);
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+        int q = (qs[32 * half + l] >> (2 * k)) & 3;
+        if (!((hm[l] >> (e / 32)) & 1)) q -= 4;
+        sc[e] = d * q3k_scale(scales, e / 16) * q;
+        of[e] = 0;
+      }
+      return;
+    }
+    case Type::Q4_K:
+    case Type::Q5_K: {
+      const bool five = t == Type::Q5_K;
+      const double d = h(x), dmin = h(x + 2);
+      const uint8_t* scales = x + 4;
+      const uint8_t* qh = x + 16;
+      const uint8_t* qs = x + (five ? 48 : 16);
+      for (int e = 0; e < 256; ++e) {
+        const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
+        int q = hi ? (qs[32 * c + l] >> 4) : (qs[32 * c + l] & 0x0f);
+        if (five && ((qh[l] >> (2 * c + hi)) & 1)) q += 16;
+        int s, m;
+        k4_scale_min(scales, e / 32, s, m);
+        sc[e] = d * s * q;
+        of[e] = -dmin * m;
+      }
+      return;
+    }
+    case Type::Q6_K: {
+      const uint8_t* ql = x;
+      const uint8_t* qh = x + 128;
+      const auto* scales = reinterpret_cast<const int8_t*>(x + 192);
+      const double d = h(x + 208);
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+        const uint8_t lb = ql[64 * half + 32 * (k & 1) + l];
+        const int lo = k < 2 ? (lb & 0x0f) : (lb >> 4);
+        const int hb = (qh[32 * half + l] >> (2 * k)) & 3;
+        sc[e] = d * scales[e / 16] * ((lo | (hb << 4)) - 32);
+        of[e] = 0;
+      }
+      return;
+    }
+    default: ADD_FAILURE() << "no decoder for " << type_name(t);
+  }
+}
+
+RefDot ref_dot(Type wt, const uint8_t* w, const uint8_t* a, int64_t n) {
+  const Type at = act_type(wt);
+  const int64_t bs = block_size(wt);
+  const size_t wbb = info(wt).block_bytes;
+  const size_t abb = info(at).block_bytes;
+  const int64_t abs_ = block_size(at);
+  std::vector<double> sc(bs), of(bs), av(n);
+  // activations
+  for (int64_t b = 0; b < n / abs_; ++b) {
+    const uint8_t* y = a + b * abb;
+    switch (at) {
+      case Type::F32: av[b] = get_f32(y); break;
+      case Type::F16: av[b] = h(y); break;
+      case Type::BF16: av[b] = bf16_to_f32(get16(y)); break;
+      case Type::Q8_0:
+        for (int j = 0; j < 32; ++j) av[b * 32 + j] = static_cast<double>(h(y)) * static_cast<int8_t>(y[2 + j]);
+        break;
+      case Type::Q8_1:
+        for (int j = 0; j < 32; ++j) av[b * 32 + j] = static_cast<double>(h(y)) * static_cast<int8_t>(y[4 + j]);
+        break;
+      case Type::Q8_K:
+        for (int j = 0; j < 256; ++j) av[b * 256 + j] = static_cast<double>(get_f32(y)) * static_cast<int8_t>(y[4 + j]);
+        break;
+      default: ADD_FAILURE();
+    }
+  }
+  RefDot r;
+  const bool offset_via_s = at == Type::Q8_1;
+  for (int64_t b = 0; b < n / bs; ++b) {
+    decode_weight_block(wt, w + b * wbb, sc.data(), of.data());
+    for (int64_t j = 0; j < bs; ++j) {
+      const double t1 = sc[j] * av[b * bs + j];
+      r.value += t1;
+      r.mag += std::fabs(t1);
+      if (!offset_via_s) {
+        const double t2 = of[j] * av[b * bs + j];
+        r.value += t2;
+        r.mag += std::fabs(t2);
+      }
+    }
+    if (offset_via_s) {  // m * s of the activation block
+      const double t2 = of[0] * h(a + b * abb + offsetof(block_q8_1, s));
+      r.value += t2;
+      r.mag += std::fabs(t2);
+    }
+  }
+  return r;
+}
+
+// Float rounding allowance of a dot of n elements whose terms have magnitude sum mag.
+double tolerance(Type wt, int64_t n, double mag) {
+  double rel = 1e-5;
+  if (block_size(wt) == 1) rel = std::max(rel, static_cast<double>(n / 32 + 16) * std::ldexp(1.0, -24));
+  return rel * mag + 1e-30;
+}
+
+int64_t unit(Type t) { return block_size(t) == 1 ? 1 : block_size(t); }
+
+// One dot comparison: AVX2 vs the reference here and vs the scalar table.
+void check_dot(const KernelTable* scalar, const KernelTable* avx2, Type wt, const uint8_t* w, const uint8_t* a,
+               int64_t n, const std::string& what) {
+  const RefDot r = ref_dot(wt, w, a, n);
+  const double tol = tolerance(wt, n, r.mag);
+  const float v = avx2->vec_dot[tid(wt)](n, w, a);
+  EXPECT_NEAR(v, r.value, tol) << type_name(wt) << " avx2 vs reference, n=" << n << " " << what;
+  if (scalar->vec_dot[tid(wt)]) {
+    const float s = scalar->vec_dot[tid(wt)](n, w, a);
+    EXPECT_NEAR(v, s, 2 * tol) << type_name(wt) << " avx2 vs scalar, n=" << n << " " << what;
+  }
+}
+
+std::vector<int64_t> quant_lengths(Type at) {
+  if (block_size(at) == 1) return {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 256, 4096, 4097};
+  std::vector<int64_t> v;
+  for (int64_t k = 1; k <= 8; ++k) v.push_back(k * block_size(at));
+  for (int64_t k : {256, 512, 768, 2048, 4096}) v.push_back(k);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_F(QuantSimd, TablesHaveEntries) {
+  for (Type t : kDotTypes) {
+    EXPECT_NE(avx2_->vec_dot[tid(t)], nullptr) << type_name(t);
+    EXPECT_NE(scalar_->vec_dot[tid(t)], nullptr) << type_name(t);
+  }
+  for (Type t : kActTypes) {
+    EXPECT_NE(avx2_->quantize[tid(t)], nullptr) << type_name(t);
+    EXPECT_NE(scalar_->quantize[tid(t)], nullptr) << type_name(t);
+  }
+  // the AVX2 table overrides these entries (not merely inherits the scalar ones)
+  for (Type t : kDotTypes) EXPECT_NE(avx2_->vec_dot[tid(t)], scalar_->vec_dot[tid(t)]) << type_name(t);
+  for (Type t : kActTypes) EXPECT_NE(avx2_->quantize[tid(t)], scalar_->quantize[tid(t)]) << type_name(t);
+}
+
+TEST_F(QuantSimd, GeneratorVaries) {
+  Gen g(1);
+  for (Type t : kDotTypes) {
+    const int64_t bs = unit(t) == 1 ? 64 : unit(t);
+    const int64_t n = 4 * bs;
+    std::vector<uint8_t> w(row_bytes(t, n));
+    gen_weights(g, t, w.data(), n, Fill::random);
+    std::set<uint8_t> distinct(w.begin(), w.end());
+    EXPECT_GT(distinct.size(), 20u) << type_name(t);
+    const size_t bb = row_bytes(t, bs);
+    EXPECT_NE(std::memcmp(w.data(), w.data() + bb, bb), 0) << type_name(t);
+    std::vector<double> sc(256), of(256);
+    if (unit(t) > 1) {
+      decode_weight_block(t, w.data(), sc.data(), of.data());
+      std::set<double> vals(sc.begin(), sc.begin() + unit(t));
+      EXPECT_GT(vals.size(), 3u) << type_name(t);
+    }
+  }
+  for (Type at : kActTypes) {
+    const int64_t n = 4 * (unit(at) == 1 ? 64 : unit(at));
+    std::vector<uint8_t> a(row_bytes(at, n));
+    gen_acts(g, at, a.data(), n, ActFill::random);
+    std::set<uint8_t> distinct(a.begin(), a.end());
+    EXPECT_GT(distinct.size(), 20u) << type_name(at);
+  }
+}
+
+// Random rows of 1..8 blocks and the row lengths of real models, at every misalignment, with
+// random and quantizer-produced activations.
+TEST_F(QuantSimd, VecDotMatchesReference) {
+  Gen g(42);
+  for (Type wt : kDotTypes) {
+    const Type at = act_type(wt);
+    const int64_t u = unit(wt);
+    std::vector<int64_t> lengths;
+    if (u == 1) {
+      for (int64_t k = 1; k <= 40; ++k) lengths.push_back(k);
+      for (int64_t k : {63, 64, 65, 255, 256, 257, 1000, 4097}) lengths.push_back(k);
+    } else {
+      for (int64_t k = 1; k <= 8; ++k) lengths.push_back(k * u);
+    }
+    for (int64_t k : {256, 512, 768, 2048, 4096}) lengths.push_back(k);
+    for (const int64_t n : lengths) {
+      for (size_t woff = 0; woff < 8; ++woff) {
+        const size_t aoff = (woff * 3 + 1) % 8;
+        Buf wb(row_bytes(wt, n), woff), ab(row_bytes(at, n), aoff);
+        gen_weights(g, wt, wb.data(), n, Fill::random);
+        gen_acts(g, at, ab.data(), n, ActFill::random);
+        check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n,
+                  "random acts, offsets " + std::to_string(woff) + "/" + std::to_string(aoff));
+        // activations from the scalar quantizer of random floats (realistic sums and scales)
+        std::vector<float> xf(n);
+        const float scale = std::ldexp(1.0f, g.irange(-8, 8));
+        for (auto& v : xf) v = g.uni(-1.0f, 1.0f) * scale;
+        scalar_->quantize[tid(at)](xf.data(), ab.data(), n);
+        check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n, "quantized acts, offset " + std::to_string(woff));
+      }
+    }
+  }
+}
+
+// Extremes: all-max nibbles / quant bytes, activations all -128 or all 127, zero scales.
+TEST_F(QuantSimd, VecDotExtremes) {
+  Gen g(7);
+  for (Type wt : kDotTypes) {
+    const Type at = act_type(wt);
+    if (block_size(wt) == 1) continue;  // float types have no integer paths
+    for (int64_t n : {block_size(wt), 4 * block_size(wt), int64_t{4096}}) {
+      for (Fill wf : {Fill::random, Fill::all_max, Fill::zero_scales}) {
+        for (ActFill af : {ActFill::random, ActFill::min_int8, ActFill::max_int8}) {
+          Buf wb(row_bytes(wt, n), 3), ab(row_bytes(at, n), 5);
+          gen_weights(g, wt, wb.data(), n, wf);
+          gen_acts(g, at, ab.data(), n, af);
+          check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n,
+                    "fill " + std::to_string(static_cast<int>(wf)) + " act " + std::to_string(static_cast<int>(af)));
+          if (wf == Fill::zero_scales) {
+            EXPECT_EQ(avx2_->vec_dot[tid(wt)](n, wb.data(), ab.data()), 0.0f) << type_name(wt);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows placed against inaccessible pages: a kernel reading (or a quantizer writing) one byte
+// outside its row crashes the test.
+TEST_F(QuantSimd, StaysInsideRows) {
+  Gen g(11);
+  for (Type wt : kDotTypes) {
+    const Type at = act_type(wt);
+    const int64_t u = unit(wt);
+    for (int64_t n : {u, 2 * u, 3 * u, 5 * u, 8 * u, 9 * u, 17 * u, 33 * u}) {
+      const size_t wbytes = row_bytes(wt, n), abytes = row_bytes(at, n);
+      Guarded gw(wbytes), ga(abytes);
+      ASSERT_TRUE(gw.ok() && ga.ok());
+      for (int where = 0; where < 2; ++where) {
+        uint8_t* w = where ? gw.at_end(wbytes) : gw.at_start();
+        uint8_t* a = where ? ga.at_end(abytes) : ga.at_start();
+        gen_weights(g, wt, w, n, Fill::random);
+        gen_acts(g, at, a, n, ActFill::random);
+        check_dot(scalar_, avx2_, wt, w, a, n, where ? "row at page end" : "row at page start");
+      }
+    }
+  }
+  for (Type at : kActTypes) {
+    for (int64_t n : quant_lengths(at)) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = g.uni(-3.0f, 3.0f);
+      const size_t ybytes = row_bytes(at, n);
+      Guarded gx(n * sizeof(float)), gy(ybytes);
+      ASSERT_TRUE(gx.ok() && gy.ok());
+      for (int where = 0; where < 2; ++where) {
+        auto* xp = reinterpret_cast<float*>(where ? gx.at_end(n * sizeof(float)) : gx.at_start());
+        uint8_t* yp = where ? gy.at_end(ybytes) : gy.at_start();
+        std::memcpy(xp, x.data(), n * sizeof(float));
+        avx2_->quantize[tid(at)](xp, yp, n);
+        std::vector<uint8_t> ref(ybytes);
+        scalar_->quantize[tid(at)](x.data(), ref.data(), n);
+        EXPECT_EQ(std::memcmp(ref.data(), yp, ybytes), 0) << type_name(at) << " n=" << n;
+      }
+    }
+  }
+}
+
+// Float types: extreme magnitudes (largest halves, tiny values) stay within rounding.
+TEST_F(QuantSimd, VecDotFloatExtremes) {
+  Gen g(9);
+  for (Type wt : {Type::F16, Type::BF16, Type::F32}) {
+    for (int64_t n : {int64_t{7}, int64_t{33}, int64_t{4096}}) {
+      Buf wb(row_bytes(wt, n), 1), ab(row_bytes(wt, n), 2);
+      for (int64_t i = 0; i < n; ++i) {
+        const float big = (i % 3 == 0) ? 60000.0f : (i % 3 == 1 ? -1e-4f : 3.0f);
+        const float other = (i % 2) ? -0.5f : 2.0f;
+        if (wt == Type::F16) {
+          put16(wb.data() + 2 * i, f32_to_fp16(big));
+          put16(ab.data() + 2 * i, f32_to_fp16(other));
+        } else if (wt == Type::BF16) {
+          put16(wb.data() + 2 * i, f32_to_bf16(big * 1e10f));
+          put16(ab.data() + 2 * i, f32_to_bf16(other));
+        } else {
+          put_f32(wb.data() + 4 * i, big * 1e20f);
+          put_f32(ab.data() + 4 * i, other);
+        }
+      }
+      check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n, "extremes");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantizers: bit-identical output.
+
+void expect_same_quant(const KernelTable* scalar, const KernelTable* avx2, Type at, const std::vector<float>& x,
+                       size_t xoff, size_t yoff, const std::string& what) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  // input at a varied (4-byte aligned, as floats are) address
+  std::vector<uint8_t> xin(x.size() * 4 + 64);
+  std::memcpy(xin.data() + xoff, x.data(), x.size() * 4);
+  const auto* xp = reinterpret_cast<const float*>(xin.data() + xoff);
+  const size_t bytes = row_bytes(at, n);
+  Buf ys(bytes, yoff), yv(bytes, yoff);
+  scalar->quantize[tid(at)](xp, ys.data(), n);
+  avx2->quantize[tid(at)](xp, yv.data(), n);
+  if (std::memcmp(ys.data(), yv.data(), bytes) != 0) {
+    size_t first = 0;
+    while (ys.data()[first] == yv.data()[first]) ++first;
+    ADD_FAILURE() << type_name(at) << " quantizer differs, n=" << n << " " << what << ": first byte " << first
+                  << " of " << bytes << " (block " << first / info(at).block_bytes << ", offset "
+                  << first % info(at).block_bytes << "): scalar " << int(ys.data()[first]) << " avx2 "
+                  << int(yv.data()[first]);
+  }
+}
+
+TEST_F(QuantSimd, QuantizeRandomBitIdentical) {
+  Gen g(3);
+  for (Type at : kActTypes) {
+    for (int64_t n : quant_lengths(at)) {
+      for (size_t off = 0; off < 8; ++off) {
+        std::vector<float> x(n);
+        const float scale = std::ldexp(1.0f, g.irange(-20, 20));
+        for (auto& v : x) v = g.uni(-1.0f, 1.0f) * scale;
+        expect_same_quant(scalar_, avx2_, at, x, 4 * off, off, "random");
+      }
+    }
+  }
+}
+
+// Ties, zero blocks, a single nonzero, the largest magnitude appearing with both signs, denormals,
+// values at the edges of the half range, inf and NaN (with payloads).
+TEST_F(QuantSimd, QuantizeSpecialValuesBitIdentical) {
+  Gen g(5);
+  const float inf = std::numeric_limits<float>::infinity();
+  auto nan_with = [](uint32_t payload) { return bits_f32(0x7f800000u | payload); };
+  for (Type at : kActTypes) {
+    const int64_t n = block_size(at) == 1 ? 300 : 4 * block_size(at);
+    std::vector<std::vector<float>> cases;
+    // exact ties after scaling: amax = 127 -> id = 1
+    {
+      std::vector<float> x(n);
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 50) - 25.5f;
+      for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
+      cases.push_back(x);
+    }
+    cases.push_back(std::vector<float>(n, 0.0f));
+    {
+      std::vector<float> x(n, 0.0f);
+      x[n / 2] = -3.25f;
+      cases.push_back(x);
+    }
+    {
+      std::vector<float> x(n, 0.0f);
+      x[1] = -2.0f;
+      x[5] = 2.0f;
+      for (int64_t i = 8; i < n; ++i) x[i] = g.uni(-2.0f, 2.0f);
+      cases.push_back(x);
+      std::vector<float> y = x;
+      y[1] = 2.0f;
+      y[5] = -2.0f;
+      cases.push_back(y);
+    }
+    {
+      std::vector<float> x(n);
+      for (auto& v : x) v = g.uni(-1.0f, 1.0f) * 1e-39f;  // denormal block maxima
+      cases.push_back(x);
+      for (auto& v : x) v = g.uni(-1.0f, 1.0f) * 1e-36f;
+      cases.push_back(x);
+      for (auto& v : x) v = g.uni(-1.0f, 1.0f) * 3e38f;
+      cases.push_back(x);
+      for (int64_t i = 0; i < n; ++i) x[i] = (i % 3 == 0) ? 0.0f : g.uni(-1.0f, 1.0f) * 1e-39f;  // 0 * inf
+      cases.push_back(x);
+    }
+    {
+      std::vector<float> x(n);
+      for (auto& v : x) v = g.uni(-1.0f, 1.0f);
+      x[3] = nan_with(0x1234);  // a NaN element: ignored by amax, quantized through its bits
+      x[40 % n] = -inf;         // an infinite element: scale inf, multiplier 0, inf * 0 = NaN
+      cases.push_back(x);
+    }
+    if (block_size(at) == 1) {
+      std::vector<float> x = {65504.0f, 65519.0f, 65520.0f, 65536.0f, -65520.0f, 1e6f, 6.1e-5f, 6.0e-8f, 2.9e-8f,
+                              3.0e-8f, -5.96e-8f, 1e-10f, -0.0f, inf, -inf, nan_with(1), nan_with(0x400000),
+                              nan_with(0x7fffff), -nan_with(0x12345), 1.00048828125f, 1.000732421875f,
+                              1.0009765625f, 3.0e38f, bits_f32(0x3f808000u), bits_f32(0x3f818000u),
+                              bits_f32(0x3f817fffu), bits_f32(0x7f7fffffu), bits_f32(0x00000001u)};
+      while (static_cast<int64_t>(x.size()) < n) x.push_back(bits_f32(static_cast<uint32_t>(g.rng())));
+      cases.push_back(x);
+    }
+    for (size_t c = 0; c < cases.size(); ++c) {
+      expect_same_quant(scalar_, avx2_, at, cases[c], 4, 1, "special case " + std::to_string(c));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace les
