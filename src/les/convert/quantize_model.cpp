@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "les/gguf/gguf.h"
@@ -86,7 +87,7 @@ void quantize_model(const std::string& in_path, const std::string& out_path, con
   gguf::Writer w;
   w.set_alignment(in.alignment);
   for (const auto& [k, v] : in.kv) {
-    if (k == "general.file_type" || k == "general.alignment") continue;
+    if (k == "general.file_type" || k == "general.alignment" || k == "general.quantization_version") continue;
     w.add(k, v);
   }
   w.add_u32("general.quantization_version", 2);
