@@ -5,7 +5,6 @@
 //  - tests/data/tokenizer_expected_tiny.json (tools/llamacpp-ref harness) and the tiny model's
 //    README / ref.json values (need ../shared/models, skipped without it).
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
@@ -264,20 +263,16 @@ TEST(TokenizerTinyMoe, HarnessExpectedJson) {
   }
 }
 
-TEST(TokenizerTinyMoe, ValidationTextRoundTripAndSpeed) {
+TEST(TokenizerTinyMoe, ValidationTextRoundTrip) {
   const std::string path = les::test::shared_models() + "/tiny-moe-val.txt";
   LES_REQUIRE_FILE(tiny_path());
   LES_REQUIRE_FILE(path);
   const Tokenizer& tok = tokenizer(tiny_path());
   const std::string text = read_file(path);
   ASSERT_GT(text.size(), 150000u);
-  const auto t0 = std::chrono::steady_clock::now();
   const Ids ids = tok.encode(text, false, false);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ encode ] %zu bytes -> %zu tokens in %.3f s\n", text.size(), ids.size(), secs);
   EXPECT_EQ(ids.size(), 65985u);  // README: the perplexity protocol's token count
   EXPECT_EQ(tok.decode(ids), text);
-  EXPECT_LT(secs, 5.0);  // ~0.1 s in a release build; generous for sanitizer builds
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,17 +410,15 @@ TEST(TokenizerBehaviour, PreTokenizeWords) {
   EXPECT_EQ(pieces, (std::vector<size_t>{2, 1, 1, 3, 2, 2}));  // "ab" " " " " "123" "45" " x"
 }
 
-TEST(TokenizerBehaviour, SpeedOn200KB) {
+TEST(TokenizerBehaviour, LongTextRoundTrips) {
+  // 200 KB of mixed text: exercises the long-input paths (no timing here: speed belongs in bench/).
   const Tokenizer& tok = repo_vocab("qwen2");
   const std::string unit = read_file(vocab_dir() + "/les-mixed.inp");
   std::string text;
   while (text.size() < 200000) text += unit;
-  const auto t0 = std::chrono::steady_clock::now();
   const Ids ids = tok.encode(text, false, false);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ encode ] qwen2: %zu bytes -> %zu tokens in %.3f s\n", text.size(), ids.size(), secs);
+  EXPECT_GT(ids.size(), text.size() / 8);
   EXPECT_EQ(tok.decode(ids), text);
-  EXPECT_LT(secs, 5.0);
 }
 
 TEST(TokenizerUnicode, CategoriesAndDecoding) {
