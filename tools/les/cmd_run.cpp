@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
@@ -6,6 +8,9 @@
 #include "commands.h"
 #include "common.h"
 #include "les/model/context.h"
+#include "les/sched/budget.h"
+#include "les/sched/stream_report.h"
+#include "les/sched/streaming_experts.h"
 #include "les/session/generate.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
@@ -31,7 +36,17 @@ int cmd_run(int argc, char** argv) {
           {{"--chat"}, false, "wrap the prompt in the ChatML template (qwen-family chat)"},
           {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
           {{"--no-display-prompt"}, false, "do not echo the prompt"},
-          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"}});
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"},
+          {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
+                            "through an expert cache (default: whole model mapped in memory)", "SIZE"},
+          {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},
+          {{"--io"}, true, "expert reads with --mem: uring (default), pread, naive (buffered + copy)", "MODE"},
+          {{"--policy"}, true, "expert cache eviction policy (default lru)", "NAME"},
+          {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 2)", "M"},
+          {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
+          {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
+          {{"--stats"}, false, "print expert streaming statistics (per layer) at the end"},
+          {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
   apply_isa_flag(a);
@@ -60,7 +75,8 @@ int cmd_run(int argc, char** argv) {
   if (gp.sampling.min_p < 0 || gp.sampling.min_p > 1) throw Error("run: --min-p must be in [0, 1]");
   if (gp.sampling.top_k < 0) throw Error("run: --top-k must be >= 0");
 
-  auto model = Model::load(a.required("--model"));
+  const bool streaming = a.has("--mem");
+  auto model = Model::load(a.required("--model"), LoadOptions{.map_experts = !streaming});
   Tokenizer tok(vocab_from_gguf(model->gguf()));
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.i64("--threads", 2));
@@ -68,7 +84,29 @@ int cmd_run(int argc, char** argv) {
   cp.n_batch = static_cast<int>(a.i64("--batch-size", 256));
   if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("run: --threads must be in [1, 256]");
   if (cp.n_ctx < 0) throw Error("run: --ctx-size must be >= 0");
-  Context ctx(*model, cp);
+  if (cp.n_ctx == 0) cp.n_ctx = std::min(model->config().n_ctx_train, 4096);
+
+  std::unique_ptr<StreamingExperts> experts;
+  BudgetPlan plan;
+  if (streaming) {
+    StreamingOptions so;
+    so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
+    so.io_mode = storage::parse_io_mode(a.str("--io", "uring"));
+    so.policy = a.str("--policy", "lru");
+    so.predict_extra = static_cast<int>(a.i64("--predict-extra", 2));
+    so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
+    so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
+    if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("run: --queue-depth must be in [1, 1024]");
+    if (so.predict_extra < 0) throw Error("run: --predict-extra must be >= 0");
+    plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
+                       StreamingExperts::slot_bytes_for(*model, so.io_mode));
+    so.cache_bytes = plan.cache;
+    experts = std::make_unique<StreamingExperts>(*model, so);
+    std::fprintf(stderr, "%s\n", plan.describe().c_str());
+  } else if (a.has("--schedule") || a.has("--io") || a.has("--stats") || a.has("--stats-json")) {
+    throw Error("run: --schedule, --io, --stats and --stats-json need --mem (expert streaming)");
+  }
+  Context ctx(*model, cp, experts.get());
 
   std::string text = prompt;
   if (a.has("--chat")) text = apply_chatml({{"user", prompt}}, true);
@@ -88,6 +126,19 @@ int cmd_run(int argc, char** argv) {
                "final logits hash: %s\n",
                st.n_prompt, st.prompt_seconds, st.prompt_tps(), st.n_generated, st.gen_tps(), st.stop_reason.c_str(),
                hex64(st.final_logits_hash).c_str());
+  if (experts) {
+    RunSummary rs;
+    rs.decode_tps = st.gen_tps();
+    rs.prompt_tps = st.prompt_tps();
+    rs.wall_s = st.prompt_seconds + st.gen_seconds;
+    rs.peak_rss = peak_rss_bytes();
+    rs.budget = plan.total;
+    if (a.has("--stats")) std::fprintf(stderr, "\n%s", format_stream_table(experts->stats(), rs).c_str());
+    if (a.has("--stats-json")) {
+      const std::string js = stream_stats_json(experts->stats(), rs);
+      write_file_atomic(a.str("--stats-json"), js.data(), js.size());
+    }
+  }
   return 0;
 }
 

@@ -4,6 +4,5 @@
 
 namespace les::cli {
 
-int cmd_synth(int, char**) { throw Error("synth: not built yet in this revision"); }
 
 }  // namespace les::cli

@@ -13,8 +13,10 @@
 namespace les {
 
 struct LoadOptions {
-  // Map expert tensors too. When false, expert stacks carry only their file offsets and an
-  // expert store must provide their bytes (streaming under a memory budget).
+  // true: the whole file is memory-mapped (fully resident model).
+  // false (streaming): only the dense tensors are read, into memory the model owns (buffered
+  // reads whose pages are then dropped from the page cache); routed experts stay on storage and
+  // their stacks carry only file offsets (data == nullptr): an expert store provides the bytes.
   bool map_experts = true;
 };
 
@@ -39,7 +41,8 @@ class Model {
   gguf::File gguf_;
   ModelConfig cfg_;
   ModelWeights w_;
-  MappedFile file_;
+  MappedFile file_;                 // resident mode
+  std::vector<uint8_t> dense_arena_; // streaming mode: dense tensors, 64-byte aligned each
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors
   uint64_t dense_bytes_ = 0;
   uint64_t expert_bytes_ = 0;

@@ -1,6 +1,11 @@
 // Architecture tables and loading: every tensor an architecture uses is listed with its shape;
 // every shape is checked; a tensor in the file that no table entry uses is refused.
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
 #include <set>
 
 #include "les/model/model.h"
@@ -51,8 +56,14 @@ struct ModelLoader {
     return t;
   }
 
+  // Streaming mode: where each dense tensor was read into the arena.
+  std::map<std::string, size_t> arena_offset;
+
   const uint8_t* data_of(const gguf::TensorInfo* t) const {
-    return base + m.gguf_.data_offset + t->offset;
+    if (base) return base + m.gguf_.data_offset + t->offset;
+    auto it = arena_offset.find(t->name);
+    LES_ASSERT(it != arena_offset.end());
+    return m.dense_arena_.data() + it->second;
   }
 
   Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, Need need) {
@@ -81,7 +92,7 @@ struct ModelLoader {
     s.row_bytes = row_bytes(t->type, n_in);
     s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
     s.file_offset = m.gguf_.data_offset + t->offset;
-    s.data = map_experts ? data_of(t) : nullptr;
+    s.data = map_experts ? data_of(t) : nullptr;  // streaming: bytes come from an expert store
     m.expert_bytes_ += t->n_bytes;
     return s;
   }
@@ -194,17 +205,67 @@ struct ModelLoader {
   }
 };
 
+namespace {
+
+bool is_routed_expert_tensor(const std::string& name) {
+  return name.size() > 12 && name.compare(name.size() - 12, 12, "_exps.weight") == 0;
+}
+
+// Reads every non-expert tensor into one arena (64-byte aligned slices), then drops the file's
+// pages from the page cache: the dense part is resident in our own memory, nothing else is.
+void read_dense_tensors(const std::string& path, const gguf::File& f, std::vector<uint8_t>& arena,
+                        std::map<std::string, size_t>& where) {
+  size_t total = 0;
+  for (const auto& t : f.tensors) {
+    if (is_routed_expert_tensor(t.name)) continue;
+    where[t.name] = total;
+    total += (t.n_bytes + 63) & ~size_t(63);
+  }
+  arena.assign(total + 64, 0);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(strfmt("%s: cannot open: %s", path.c_str(), std::strerror(errno)));
+  for (const auto& t : f.tensors) {
+    auto it = where.find(t.name);
+    if (it == where.end()) continue;
+    uint8_t* dst = arena.data() + it->second;
+    uint64_t off = f.data_offset + t.offset;
+    size_t left = t.n_bytes;
+    while (left > 0) {
+      const ssize_t r = ::pread(fd, dst, left, static_cast<off_t>(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const int e = errno;
+        ::close(fd);
+        throw Error(strfmt("%s: reading tensor '%s' at offset %llu failed: %s", path.c_str(), t.name.c_str(),
+                           static_cast<unsigned long long>(off), r == 0 ? "unexpected end of file" : std::strerror(e)));
+      }
+      dst += r;
+      off += static_cast<uint64_t>(r);
+      left -= static_cast<size_t>(r);
+    }
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opt) {
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
   m->gguf_ = gguf::read_file(path);
   m->cfg_ = config_from_gguf(m->gguf_, path);
-  m->file_ = MappedFile::open(path);
-  if (m->file_.size() != m->gguf_.file_size) {
-    throw Error(strfmt("%s: file changed while loading (size %zu, header saw %llu)", path.c_str(),
-                       m->file_.size(), static_cast<unsigned long long>(m->gguf_.file_size)));
+  ModelLoader ld{*m, nullptr, opt.map_experts, {}, {}};
+  if (opt.map_experts) {
+    m->file_ = MappedFile::open(path);
+    if (m->file_.size() != m->gguf_.file_size) {
+      throw Error(strfmt("%s: file changed while loading (size %zu, header saw %llu)", path.c_str(),
+                         m->file_.size(), static_cast<unsigned long long>(m->gguf_.file_size)));
+    }
+    ld.base = m->file_.data();
+  } else {
+    read_dense_tensors(path, m->gguf_, m->dense_arena_, ld.arena_offset);
   }
-  ModelLoader ld{*m, m->file_.data(), opt.map_experts, {}};
   ld.load_all();
   return m;
 }

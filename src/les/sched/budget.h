@@ -1,0 +1,30 @@
+// Splitting a hard memory budget (--mem) between the resident parts and the expert cache.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "les/model/model.h"
+
+namespace les {
+
+struct BudgetPlan {
+  uint64_t total = 0;      // the budget
+  uint64_t dense = 0;      // dense weights (resident)
+  uint64_t kv = 0;         // KV cache
+  uint64_t work = 0;       // activation buffers (estimate for the batch size)
+  uint64_t overhead = 0;   // code, tokenizer, allocator slack
+  uint64_t cache = 0;      // what is left for expert slots
+  uint64_t slot_bytes = 0;
+  uint64_t n_slots = 0;
+  std::string describe() const;  // one line, human readable
+};
+
+// Throws les::Error stating the minimum budget if dense + state + the minimal expert cache
+// (n_expert_used slots) do not fit.
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes);
+
+// Peak resident set size of this process so far (bytes).
+uint64_t peak_rss_bytes();
+
+}  // namespace les

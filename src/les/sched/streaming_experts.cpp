@@ -1,0 +1,408 @@
+#include "les/sched/streaming_experts.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "les/model/matmul.h"
+#include "les/util/error.h"
+
+namespace les {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::shared_ptr<storage::ReadFile> open_model_file(const Model& model, const StreamingOptions& opt) {
+  if (opt.file) return opt.file;
+  if (opt.io_mode == storage::IoMode::naive) return storage::open_buffered(model.path());
+  return storage::open_direct(model.path());
+}
+
+}  // namespace
+
+const char* schedule_name(Schedule s) { return s == Schedule::ondemand ? "ondemand" : "lookahead"; }
+
+Schedule parse_schedule(const std::string& s) {
+  if (s == "ondemand" || s == "on-demand") return Schedule::ondemand;
+  if (s == "lookahead") return Schedule::lookahead;
+  throw Error(strfmt("unknown schedule '%s' (ondemand, lookahead)", s.c_str()));
+}
+
+LayerStreamStats StreamStats::total() const {
+  LayerStreamStats t;
+  for (const auto& l : layers) {
+    t.selected += l.selected; t.hits += l.hits; t.in_flight += l.in_flight; t.predicted += l.predicted;
+    t.misses += l.misses; t.prefetch_issued += l.prefetch_issued; t.prefetch_used += l.prefetch_used;
+    t.prefetch_cancelled += l.prefetch_cancelled; t.bytes_demand += l.bytes_demand;
+    t.bytes_prefetch += l.bytes_prefetch; t.bytes_wasted += l.bytes_wasted; t.stall_s += l.stall_s;
+    t.compute_s += l.compute_s; t.raw_pred_hits_k += l.raw_pred_hits_k; t.raw_pred_hits_km += l.raw_pred_hits_km;
+  }
+  return t;
+}
+
+uint64_t StreamingExperts::slot_bytes_for(const Model& model, storage::IoMode mode) {
+  return ExpertLayout(model, mode == storage::IoMode::naive ? 1 : storage::kDirectIoAlign).slot_bytes();
+}
+
+StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& opt)
+    : model_(model),
+      cfg_(model.config()),
+      opt_(opt),
+      file_(open_model_file(model, opt)),
+      layout_(model, file_->alignment()) {
+  if (!cfg_.moe) throw Error("expert streaming needs a mixture-of-experts model");
+  const uint64_t sb = layout_.slot_bytes();
+  const uint64_t n_slots = opt.cache_bytes / sb;
+  const uint64_t min_slots = static_cast<uint64_t>(cfg_.n_expert_used);
+  if (n_slots < min_slots) {
+    throw Error(strfmt("the expert cache (%.1f MiB) holds %llu experts; at least %llu (%.1f MiB) are needed to "
+                       "compute one token's layer", opt.cache_bytes / 1048576.0,
+                       static_cast<unsigned long long>(n_slots), static_cast<unsigned long long>(min_slots),
+                       min_slots * sb / 1048576.0));
+  }
+  storage::IoOptions io = opt.io;
+  io.queue_depth = opt.queue_depth;
+  io.n_threads = opt.io_threads;
+  io_ = storage::make_io_engine(opt.io_mode, file_, io);
+  arena_ = storage::AlignedBuffer(static_cast<size_t>(n_slots * sb), storage::kDirectIoAlign);
+  slots_.resize(static_cast<size_t>(n_slots));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].data = arena_.data() + i * sb;
+    free_slots_.push_back(static_cast<int>(slots_.size() - 1 - i));
+  }
+  key_slot_.assign(static_cast<size_t>(cfg_.n_layer) * static_cast<size_t>(cfg_.n_expert), -1);
+  cache::PolicyParams pp;
+  pp.capacity = slots_.size();
+  pp.n_layers = cfg_.n_layer;
+  pp.n_experts = cfg_.n_expert;
+  policy_ = cache::make_policy(opt.policy, pp);
+  uint64_t per_token = 0;
+  for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
+  prefetch_budget_bytes_ = static_cast<uint64_t>(opt.prefetch_budget * static_cast<double>(per_token));
+  pred_.resize(static_cast<size_t>(cfg_.n_layer));
+  for (auto& p : pred_) p.rank.assign(static_cast<size_t>(cfg_.n_expert), 0);
+  stats_.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  stats_.n_slots = static_cast<int>(slots_.size());
+  stats_.slot_bytes = sb;
+}
+
+StreamingExperts::~StreamingExperts() {
+  // Cancel what can be cancelled; the engine's destructor waits for reads in flight, which write
+  // into arena_: destroy the engine first.
+  for (const auto& [tag, slot] : tag_slot_) io_->cancel(tag);
+  io_.reset();
+}
+
+void StreamingExperts::reset_stats() {
+  for (auto& l : stats_.layers) l = LayerStreamStats{};
+  stats_.tokens = 0;
+}
+
+size_t StreamingExperts::index(cache::ExpertKey k) const {
+  return static_cast<size_t>(cache::key_layer(k)) * static_cast<size_t>(cfg_.n_expert) +
+         static_cast<size_t>(cache::key_expert(k));
+}
+
+void StreamingExperts::evict(int si) {
+  Slot& s = slots_[static_cast<size_t>(si)];
+  LES_ASSERT(s.state == SlotState::ready && s.pins == 0);
+  policy_->on_evict(s.key);
+  if (s.prefetched) {
+    stats_.layers[static_cast<size_t>(cache::key_layer(s.key))].bytes_wasted += layout_.expert_bytes(cache::key_layer(s.key));
+  }
+  key_slot_[index(s.key)] = -1;
+  s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+}
+
+int StreamingExperts::acquire_slot(bool demand) {
+  if (!free_slots_.empty()) {
+    const int si = free_slots_.back();
+    free_slots_.pop_back();
+    return si;
+  }
+  cache::ExpertKey victim = 0;
+  const bool found = policy_->victim(
+      [&](cache::ExpertKey k) {
+        const int si = slot_of(k);
+        if (si < 0) return false;
+        const Slot& s = slots_[static_cast<size_t>(si)];
+        return s.state == SlotState::ready && s.pins == 0 && (demand || s.protect_until < step_);
+      },
+      &victim);
+  if (!found) return -1;
+  const int si = slot_of(victim);
+  evict(si);
+  // evict() left the slot free; hand it out directly.
+  return si;
+}
+
+void StreamingExperts::submit_read(int si, cache::ExpertKey key, storage::IoPriority prio) {
+  Slot& s = slots_[static_cast<size_t>(si)];
+  const int layer = cache::key_layer(key), e = cache::key_expert(key);
+  storage::IoRequest req;
+  req.tag = next_tag_++;
+  req.priority = prio;
+  for (const SlotRead& r : layout_.reads(layer, e)) req.ops.push_back(storage::IoOp{r.file_offset, r.length, s.data + r.slot_offset});
+  s.key = key;
+  s.state = SlotState::loading;
+  s.tag = req.tag;
+  key_slot_[index(key)] = si;
+  tag_slot_[req.tag] = si;
+  io_->submit(std::move(req));
+}
+
+void StreamingExperts::on_complete(const storage::IoCompletion& c) {
+  auto it = tag_slot_.find(c.tag);
+  if (it == tag_slot_.end()) return;
+  const int si = it->second;
+  tag_slot_.erase(it);
+  Slot& s = slots_[static_cast<size_t>(si)];
+  const int layer = cache::key_layer(s.key);
+  if (!c.ok()) {
+    // A failed read is retried (demand priority) a few times; then the error surfaces. The slot's
+    // bytes are never used unless a read completed without error.
+    if (s.retries < 2) {
+      ++s.retries;
+      submit_read(si, s.key, storage::IoPriority::demand);
+      return;
+    }
+    key_slot_[index(s.key)] = -1;
+    policy_->on_evict(s.key);
+    s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+    free_slots_.push_back(si);
+    throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(s.key), layer,
+                       c.error.c_str()));
+  }
+  s.state = SlotState::ready;
+  s.retries = 0;
+  if (s.prefetched) stats_.layers[static_cast<size_t>(layer)].bytes_prefetch += layout_.expert_bytes(layer);
+}
+
+size_t StreamingExperts::drain(bool block, int64_t timeout_us) {
+  completions_.clear();
+  const size_t n = block ? io_->wait(completions_, std::chrono::microseconds(timeout_us)) : io_->poll(completions_);
+  for (const auto& c : completions_) on_complete(c);
+  return n;
+}
+
+void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n_tok) {
+  if (layer == 0) stats_.tokens += static_cast<uint64_t>(n_tok);
+  drain(false, 0);
+  if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
+    predict_next(layer, x_norm, n_tok);
+  }
+}
+
+void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_tok) {
+  const int next = layer + 1;
+  const int E = cfg_.n_expert, K = cfg_.n_expert_used;
+  const int KM = std::min(E, K + std::max(0, opt_.predict_extra));
+  const Matrix& router = model_.weights().layers[static_cast<size_t>(next)].router;
+  pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
+  static thread_local ThreadPool single(1);
+  static thread_local QuantizedActs acts;
+  matmul(router, x_norm, n_tok, cfg_.n_embd, pred_logits_.data(), E, single, acts);
+
+  Prediction& pd = pred_[static_cast<size_t>(next)];
+  std::vector<uint8_t>& pred_rank_ = pd.rank;
+  std::fill(pred_rank_.begin(), pred_rank_.end(), 0);
+  std::vector<float> best(static_cast<size_t>(E), -INFINITY);  // best logit of each expert over tokens
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const float* lg = pred_logits_.data() + static_cast<size_t>(t) * static_cast<size_t>(E);
+    for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::partial_sort(order.begin(), order.begin() + KM, order.end(),
+                      [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+    for (int r = 0; r < KM; ++r) {
+      const int e = order[static_cast<size_t>(r)];
+      const uint8_t rank = r < K ? 1 : 2;
+      if (pred_rank_[static_cast<size_t>(e)] == 0 || rank < pred_rank_[static_cast<size_t>(e)]) pred_rank_[static_cast<size_t>(e)] = rank;
+      best[static_cast<size_t>(e)] = std::max(best[static_cast<size_t>(e)], lg[e]);
+    }
+  }
+  std::vector<cache::ExpertKey>& predicted_ = pd.keys;
+  predicted_.clear();
+  for (int rank = 1; rank <= 2; ++rank) {
+    std::vector<int> es;
+    for (int e = 0; e < E; ++e) if (pred_rank_[static_cast<size_t>(e)] == rank) es.push_back(e);
+    std::sort(es.begin(), es.end(), [&](int a, int b) { return best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)]; });
+    for (int e : es) predicted_.push_back(cache::make_key(next, e));
+  }
+  pd.valid = true;
+
+  LayerStreamStats& ls = stats_.layers[static_cast<size_t>(next)];
+  const uint64_t eb = layout_.expert_bytes(next);
+  for (cache::ExpertKey key : predicted_) {
+    policy_->on_predict(key, clock_);
+    const int si = slot_of(key);
+    if (si >= 0) {
+      slots_[static_cast<size_t>(si)].protect_until = step_ + 2;
+      continue;
+    }
+    if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) break;
+    const int ns = acquire_slot(false);
+    if (ns < 0) break;
+    Slot& s = slots_[static_cast<size_t>(ns)];
+    s.prefetched = true;
+    s.protect_until = step_ + 2;
+    policy_->on_insert(key, clock_);
+    submit_read(ns, key, storage::IoPriority::prefetch);
+    token_prefetch_bytes_ += eb;
+    ++ls.prefetch_issued;
+  }
+}
+
+void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
+                                    const std::function<void(size_t, const ExpertView&)>& run) {
+  const double t_start = now_s();
+  double compute = 0;
+  ++step_;
+  drain(false, 0);
+  LayerStreamStats& ls = stats_.layers[static_cast<size_t>(layer)];
+  const uint64_t eb = layout_.expert_bytes(layer);
+  const size_t n = ids.size();
+  Prediction& pd = pred_[static_cast<size_t>(layer)];
+  const bool have_pred = pd.valid;
+  pd.valid = false;  // consumed: stale after this layer
+  const std::vector<cache::ExpertKey>& predicted_ = pd.keys;
+  const std::vector<uint8_t>& pred_rank_ = pd.rank;
+
+  // Predictions for this layer that were not selected: cancel reads that have not started.
+  if (have_pred) {
+    for (cache::ExpertKey key : predicted_) {
+      if (std::find(ids.begin(), ids.end(), cache::key_expert(key)) != ids.end()) continue;
+      const int si = slot_of(key);
+      if (si < 0) continue;
+      Slot& s = slots_[static_cast<size_t>(si)];
+      s.protect_until = 0;
+      if (s.state == SlotState::loading && s.prefetched && io_->cancel(s.tag)) {
+        tag_slot_.erase(s.tag);
+        policy_->on_evict(s.key);
+        key_slot_[index(s.key)] = -1;
+        s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+        free_slots_.push_back(si);
+        ++ls.prefetch_cancelled;
+      }
+    }
+  }
+
+  // Classify: resident (compute first), in flight (promote), missing (demand read).
+  std::vector<int> slot_of_i(n, -1);
+  std::vector<uint8_t> done(n, 0);
+  std::vector<size_t> ready, waiting, deferred;
+  for (size_t i = 0; i < n; ++i) {
+    const cache::ExpertKey key = cache::make_key(layer, ids[i]);
+    ++ls.selected;
+    if (have_pred) {
+      const uint8_t r = pred_rank_[static_cast<size_t>(ids[i])];
+      if (r == 1) ++ls.raw_pred_hits_k;
+      if (r >= 1) { ++ls.raw_pred_hits_km; ++ls.predicted; }
+    }
+    const int si = slot_of(key);
+    if (si >= 0 && slots_[static_cast<size_t>(si)].state == SlotState::ready) {
+      ++ls.hits;
+      ++slots_[static_cast<size_t>(si)].pins;
+      slot_of_i[i] = si;
+      ready.push_back(i);
+    } else if (si >= 0) {
+      ++ls.in_flight;
+      ++slots_[static_cast<size_t>(si)].pins;
+      io_->promote(slots_[static_cast<size_t>(si)].tag);
+      slot_of_i[i] = si;
+      waiting.push_back(i);
+    } else {
+      ++ls.misses;
+      deferred.push_back(i);
+    }
+  }
+  policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
+
+  auto issue_deferred = [&] {
+    while (!deferred.empty()) {
+      const int si = acquire_slot(true);
+      if (si < 0) return;
+      const size_t i = deferred.front();
+      deferred.erase(deferred.begin());
+      const cache::ExpertKey key = cache::make_key(layer, ids[i]);
+      Slot& s = slots_[static_cast<size_t>(si)];
+      s.prefetched = false;
+      s.pins = 1;
+      policy_->on_insert(key, clock_);
+      submit_read(si, key, storage::IoPriority::demand);
+      ls.bytes_demand += eb;
+      slot_of_i[i] = si;
+      waiting.push_back(i);
+    }
+  };
+  auto run_one = [&](size_t i) {
+    Slot& s = slots_[static_cast<size_t>(slot_of_i[i])];
+    LES_ASSERT(s.state == SlotState::ready);
+    const double t0 = now_s();
+    run(i, layout_.view(layer, ids[i], s.data));
+    compute += now_s() - t0;
+    if (s.prefetched) {
+      s.prefetched = false;
+      ++ls.prefetch_used;
+    }
+    s.protect_until = 0;
+    --s.pins;
+    policy_->on_hit(s.key, clock_++);
+    done[i] = 1;
+  };
+
+  issue_deferred();
+  const bool eager = opt_.schedule == Schedule::lookahead;
+  if (eager) {
+    for (size_t i : ready) run_one(i);
+    ready.clear();
+  }
+  size_t remaining = 0;
+  for (size_t i = 0; i < n; ++i) remaining += !done[i];
+  while (remaining > 0) {
+    // Compute whatever is ready (lookahead: as soon as it arrives; ondemand: once nothing of this
+    // layer is in flight, in router order).
+    bool any_in_flight = false;
+    for (size_t i : waiting) {
+      if (!done[i] && slots_[static_cast<size_t>(slot_of_i[i])].state == SlotState::loading) any_in_flight = true;
+    }
+    if (eager || !any_in_flight) {
+      std::vector<size_t> now;
+      for (size_t i : ready) if (!done[i]) now.push_back(i);
+      for (size_t i : waiting) {
+        if (!done[i] && slots_[static_cast<size_t>(slot_of_i[i])].state == SlotState::ready) now.push_back(i);
+      }
+      if (!eager) std::sort(now.begin(), now.end());
+      for (size_t i : now) {
+        run_one(i);
+        --remaining;
+      }
+      if (!now.empty()) {
+        issue_deferred();
+        continue;
+      }
+    }
+    if (remaining == 0) break;
+    if (io_->pending() == 0 && !any_in_flight) {
+      issue_deferred();
+      if (deferred.size() == remaining) {
+        throw Error(strfmt("expert cache of %zu slots cannot make progress at layer %d (all slots pinned)",
+                           slots_.size(), layer));
+      }
+      continue;
+    }
+    drain(true, 1000000);
+    issue_deferred();
+  }
+  ls.compute_s += compute;
+  ls.stall_s += (now_s() - t_start) - compute;
+}
+
+void StreamingExperts::on_token_done() {
+  token_prefetch_bytes_ = 0;
+  stats_.io = io_->counters();
+}
+
+}  // namespace les

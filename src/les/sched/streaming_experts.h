@@ -1,0 +1,144 @@
+// Routed experts streamed from storage through a fixed expert cache, with lookahead expert
+// scheduling (policy) over the storage engine (mechanism):
+//
+//  - ondemand:  after a layer's router picks, read the missing experts, wait for all, compute.
+//  - lookahead: while layer l computes, layer l+1's router applied to layer l's router input
+//               predicts layer l+1's experts (top k+m); predicted experts that are not resident are
+//               prefetched behind demand reads, within a per-token byte budget, and protected from
+//               eviction until used or expired. At layer l+1 the resident selected experts compute
+//               first while missing ones are read at demand priority (queued prefetches of needed
+//               experts are promoted), each computing as soon as it arrives. Predictions that were
+//               not selected are cancelled if their read has not started.
+//
+// Results never depend on the schedule: the forward pass combines expert outputs in router order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "les/cache/policy.h"
+#include "les/model/expert_source.h"
+#include "les/model/model.h"
+#include "les/storage/expert_layout.h"
+#include "les/storage/io.h"
+
+namespace les {
+
+enum class Schedule { ondemand, lookahead };
+const char* schedule_name(Schedule s);
+Schedule parse_schedule(const std::string& s);  // throws les::Error listing the choices
+
+struct StreamingOptions {
+  Schedule schedule = Schedule::lookahead;
+  uint64_t cache_bytes = 0;     // bytes for expert slots (slots = cache_bytes / slot bytes)
+  int predict_extra = 2;        // m: prefetch the top k+m of the prediction
+  double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
+  std::string policy = "lru";   // eviction policy name (cache/policy.h)
+  storage::IoMode io_mode = storage::IoMode::uring;
+  int queue_depth = 8;
+  int io_threads = 0;           // pread/naive worker threads (0: queue depth)
+  std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
+  storage::IoOptions io{};      // fake-backend faults for tests (io_mode fake)
+};
+
+struct LayerStreamStats {
+  uint64_t selected = 0;         // experts the router selected (summed over tokens/batches)
+  uint64_t hits = 0;             // selected and resident (ready) when the layer started
+  uint64_t in_flight = 0;        // selected and being read when the layer started
+  uint64_t predicted = 0;        // selected and in the layer's prediction
+  uint64_t misses = 0;           // selected, neither resident nor in flight: demand read
+  uint64_t prefetch_issued = 0;  // prefetch reads submitted
+  uint64_t prefetch_used = 0;    // prefetched experts later selected
+  uint64_t prefetch_cancelled = 0;
+  uint64_t bytes_demand = 0, bytes_prefetch = 0, bytes_wasted = 0;  // wasted: prefetched, never used
+  double stall_s = 0;            // waiting for reads inside the layer
+  double compute_s = 0;          // computing the layer's experts
+  uint64_t raw_pred_hits_k = 0;  // raw predictor: selected experts in its top k
+  uint64_t raw_pred_hits_km = 0; // ... in its top k+m
+};
+
+struct StreamStats {
+  std::vector<LayerStreamStats> layers;
+  LayerStreamStats total() const;
+  uint64_t tokens = 0;           // tokens evaluated (batches count their tokens)
+  int n_slots = 0;
+  uint64_t slot_bytes = 0;
+  storage::IoCounters io{};
+};
+
+class StreamingExperts final : public ExpertSource {
+ public:
+  // model must have been loaded with map_experts = false (or true: then only the layout is used).
+  StreamingExperts(const Model& model, const StreamingOptions& opt);
+  ~StreamingExperts() override;
+
+  void on_router_input(int layer, const float* x_norm, int64_t n_tok) override;
+  void with_experts(int layer, std::span<const int32_t> ids,
+                    const std::function<void(size_t, const ExpertView&)>& run) override;
+  void on_token_done() override;
+
+  const StreamStats& stats() const { return stats_; }
+  void reset_stats();
+  int n_slots() const { return static_cast<int>(slots_.size()); }
+  uint64_t slot_bytes() const { return layout_.slot_bytes(); }
+  // Bytes a cache of n slots needs (for budget arithmetic).
+  static uint64_t slot_bytes_for(const Model& model, storage::IoMode mode);
+
+ private:
+  enum class SlotState : uint8_t { free, loading, ready };
+  struct Slot {
+    cache::ExpertKey key = 0;
+    SlotState state = SlotState::free;
+    int pins = 0;
+    uint64_t tag = 0;
+    bool prefetched = false;     // filled by a prefetch and not used since
+    uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
+    uint8_t* data = nullptr;
+    int retries = 0;
+  };
+
+  int slot_of(cache::ExpertKey k) const { return key_slot_[index(k)]; }
+  size_t index(cache::ExpertKey k) const;
+  // A free slot, evicting if needed; -1 if none can be had. demand: may evict protected slots.
+  int acquire_slot(bool demand);
+  void evict(int slot);
+  void submit_read(int slot, cache::ExpertKey key, storage::IoPriority prio);
+  // Processes completions (blocking up to timeout_us if block); returns how many arrived.
+  size_t drain(bool block, int64_t timeout_us);
+  void on_complete(const storage::IoCompletion& c);
+  void predict_next(int layer, const float* x_norm, int64_t n_tok);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  StreamingOptions opt_;
+  std::shared_ptr<storage::ReadFile> file_;
+  ExpertLayout layout_;
+  std::unique_ptr<storage::IoEngine> io_;
+  std::unique_ptr<cache::EvictionPolicy> policy_;
+  storage::AlignedBuffer arena_;
+  std::vector<Slot> slots_;
+  std::vector<int> key_slot_;                 // [layer * n_expert + e] -> slot or -1
+  std::vector<int> free_slots_;
+  std::unordered_map<uint64_t, int> tag_slot_;  // pending read tag -> slot
+  uint64_t next_tag_ = 1;
+  uint64_t clock_ = 0;                        // access clock for the policy
+  uint64_t step_ = 0;                         // layers processed (protection epochs)
+  uint64_t token_prefetch_bytes_ = 0;         // prefetch bytes issued for the current token
+  uint64_t prefetch_budget_bytes_ = 0;
+  // Predictions per target layer (made while the layer before computes): keys in priority order,
+  // and per expert 0 = not predicted, 1 = in the raw top k, 2 = in the raw top k+m.
+  struct Prediction {
+    bool valid = false;
+    std::vector<cache::ExpertKey> keys;
+    std::vector<uint8_t> rank;  // [n_expert]
+  };
+  std::vector<Prediction> pred_;              // [n_layer]
+  std::vector<float> pred_logits_;
+  std::vector<storage::IoCompletion> completions_;
+  StreamStats stats_;
+};
+
+}  // namespace les

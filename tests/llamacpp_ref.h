@@ -1,0 +1,55 @@
+// Running llama.cpp (node-llama-cpp, tools/llamacpp-ref) from tests. Tests that need it skip when
+// it is not installed (Node.js >= 20 and `npm ci` in tools/llamacpp-ref).
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace les::test {
+
+inline std::string llamacpp_ref_dir() { return source_dir() + "/tools/llamacpp-ref"; }
+
+inline bool llamacpp_available() {
+  static const bool ok = [] {
+    if (!file_exists(llamacpp_ref_dir() + "/node_modules/node-llama-cpp/package.json")) return false;
+    return std::system("node -e 'process.exit(parseInt(process.versions.node) >= 20 ? 0 : 1)' >/dev/null 2>&1") == 0;
+  }();
+  return ok;
+}
+
+#define LES_REQUIRE_LLAMACPP() \
+  do { if (!::les::test::llamacpp_available()) GTEST_SKIP() << "llama.cpp reference (node-llama-cpp) not installed"; } while (0)
+
+inline std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s.push_back(',');
+    s.append(std::to_string(ids[i]));
+  }
+  return s;
+}
+
+// Full logits of llama.cpp for each sequence (each from an empty context, one batch), row-major
+// [sequence positions...][n_vocab]. Empty on failure (the test should fail then).
+inline std::vector<float> llamacpp_logits(const std::string& model, const std::vector<std::vector<int32_t>>& seqs,
+                                          const std::string& work_dir) {
+  const std::string out = work_dir + "/llamacpp.f32";
+  std::string cmd = "node " + llamacpp_ref_dir() + "/logits.mjs --model '" + model + "' --out '" + out + "'";
+  for (const auto& s : seqs) cmd += " --tokens " + join_ids(s);
+  cmd += " > '" + work_dir + "/llamacpp.log' 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "llama.cpp reference failed: %s\n", cmd.c_str());
+    return {};
+  }
+  const auto bytes = read_bytes(out);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+}  // namespace les::test
