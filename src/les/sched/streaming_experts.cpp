@@ -77,7 +77,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   cache::PolicyParams pp;
   pp.capacity = slots_.size();
   pp.n_layers = cfg_.n_layer;
-  pp.n_experts = cfg_.n_expert;
+  pp.top_k = cfg_.n_expert_used;
   policy_ = cache::make_policy(opt.policy, pp);
   uint64_t per_token = 0;
   for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
@@ -122,6 +122,19 @@ int StreamingExperts::acquire_slot(bool demand) {
     const int si = free_slots_.back();
     free_slots_.pop_back();
     return si;
+  }
+  // Expired guesses go first: a prefetched expert whose layer passed without selecting it is
+  // the least valuable entry (it must not push out experts that real routing used).
+  if (!stale_guesses_.empty()) {
+    while (!stale_guesses_.empty()) {
+      const int si = stale_guesses_.back();
+      stale_guesses_.pop_back();
+      Slot& s = slots_[static_cast<size_t>(si)];
+      if (s.state == SlotState::ready && s.pins == 0 && s.prefetched && s.protect_until < step_) {
+        evict(si);
+        return si;
+      }
+    }
   }
   cache::ExpertKey victim = 0;
   const bool found = policy_->victim(
@@ -169,11 +182,12 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
       submit_read(si, s.key, storage::IoPriority::demand);
       return;
     }
-    key_slot_[index(s.key)] = -1;
-    policy_->on_evict(s.key);
+    const cache::ExpertKey key = s.key;
+    key_slot_[index(key)] = -1;
+    policy_->on_evict(key);
     s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
     free_slots_.push_back(si);
-    throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(s.key), layer,
+    throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(key), layer,
                        c.error.c_str()));
   }
   s.state = SlotState::ready;
@@ -278,6 +292,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       if (si < 0) continue;
       Slot& s = slots_[static_cast<size_t>(si)];
       s.protect_until = 0;
+      if (s.prefetched) stale_guesses_.push_back(si);
       if (s.state == SlotState::loading && s.prefetched && io_->cancel(s.tag)) {
         tag_slot_.erase(s.tag);
         policy_->on_evict(s.key);

@@ -122,6 +122,7 @@ class StreamingExperts final : public ExpertSource {
   std::vector<Slot> slots_;
   std::vector<int> key_slot_;                 // [layer * n_expert + e] -> slot or -1
   std::vector<int> free_slots_;
+  std::vector<int> stale_guesses_;            // slots holding prefetched experts predicted wrongly
   std::unordered_map<uint64_t, int> tag_slot_;  // pending read tag -> slot
   uint64_t next_tag_ = 1;
   uint64_t clock_ = 0;                        // access clock for the policy

@@ -1,0 +1,264 @@
+// Expert streaming benchmark: fully resident vs ondemand vs lookahead on the same model, prompt
+// and budget, in one run, medians of repeats. Also measures the disk's bandwidth for this model's
+// expert reads and prints the ceiling max(t_io, t_compute) per token.
+//
+//   bench_streaming -m MODEL --mem SIZE [-n TOKENS] [-t THREADS] [--reps R] [--io uring|pread|naive]
+//                   [--policy lru] [--predict-extra M] [--prefetch-budget X] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "les/model/context.h"
+#include "les/sched/budget.h"
+#include "les/sched/streaming_experts.h"
+#include "les/storage/expert_layout.h"
+#include "les/storage/io.h"
+#include "les/util/error.h"
+#include "les/util/hash.h"
+#include "les/tokenizer/tokenizer.h"
+#include <fstream>
+#include <sstream>
+
+using namespace les;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Args {
+  std::string model;
+  uint64_t mem = 0;
+  int n_gen = 32;
+  int n_prompt = 16;
+  int threads = 2;
+  int reps = 3;
+  storage::IoMode io = storage::IoMode::uring;
+  std::string policy = "lru";
+  int predict_extra = 2;
+  double prefetch_budget = 1.5;
+  int queue_depth = 8;
+  std::string json;
+  std::string prompt_file;  // real text: the prompt is its first n_prompt tokens
+};
+
+uint64_t parse_mem(const std::string& s) {
+  char* end = nullptr;
+  const double x = std::strtod(s.c_str(), &end);
+  std::string u = end;
+  double m = 1;
+  if (u == "K" || u == "k") m = 1024; else if (u == "M" || u == "m") m = 1048576; else if (u == "G" || u == "g") m = 1073741824.0;
+  else if (!u.empty()) throw Error("bad --mem " + s);
+  return static_cast<uint64_t>(x * m);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("missing value for " + k);
+      return argv[++i];
+    };
+    if (k == "-m") a.model = val();
+    else if (k == "--mem") a.mem = parse_mem(val());
+    else if (k == "-n") a.n_gen = std::stoi(val());
+    else if (k == "-p") a.n_prompt = std::stoi(val());
+    else if (k == "-t") a.threads = std::stoi(val());
+    else if (k == "--reps") a.reps = std::stoi(val());
+    else if (k == "--io") a.io = storage::parse_io_mode(val());
+    else if (k == "--policy") a.policy = val();
+    else if (k == "--predict-extra") a.predict_extra = std::stoi(val());
+    else if (k == "--prefetch-budget") a.prefetch_budget = std::stod(val());
+    else if (k == "--queue-depth") a.queue_depth = std::stoi(val());
+    else if (k == "--json") a.json = val();
+    else if (k == "--prompt-file") a.prompt_file = val();
+    else if (k == "-h" || k == "--help") {
+      std::printf("usage: bench_streaming -m MODEL --mem SIZE [-n 32] [-p 16] [-t 2] [--reps 3] [--io uring|pread|naive]\n"
+                  "       [--policy lru] [--predict-extra 2] [--prefetch-budget 1.5] [--queue-depth 8] [--json FILE] [--prompt-file TEXT]\n");
+      std::exit(0);
+    } else throw Error("unknown option " + k);
+  }
+  if (a.model.empty() || a.mem == 0) throw Error("need -m MODEL and --mem SIZE");
+  return a;
+}
+
+struct Result {
+  double tps = 0;           // decode tokens/s
+  uint64_t hash = 0;        // final logits hash
+  LayerStreamStats total{};
+  uint64_t tokens = 0;
+  double io_busy_s = 0;
+  uint64_t io_bytes = 0;
+};
+
+std::vector<int32_t> make_prompt(int n, int n_vocab) {
+  std::mt19937 rng(1234);
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min(n_vocab, 7990))));
+  return p;
+}
+
+Result run_once(const Model& m, ExpertSource* src, const Args& a, const std::vector<int32_t>& prompt) {
+  Context ctx(m, ContextParams{.n_ctx = a.n_prompt + a.n_gen + 8, .n_threads = a.threads}, src);
+  const int nv = m.config().n_vocab;
+  ctx.eval(prompt, false);
+  const double t0 = now_s();
+  for (int i = 0; i < a.n_gen; ++i) {
+    const float* lg = ctx.last_logits();
+    const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + nv) - lg);
+    ctx.eval(std::span<const int32_t>(&next, 1), false);
+  }
+  Result r;
+  r.tps = a.n_gen / (now_s() - t0);
+  r.hash = hash64(ctx.last_logits(), sizeof(float) * static_cast<size_t>(nv));
+  return r;
+}
+
+template <class F>
+Result median_of(int reps, F f) {
+  std::vector<Result> rs;
+  for (int i = 0; i < reps; ++i) rs.push_back(f());
+  std::sort(rs.begin(), rs.end(), [](const Result& x, const Result& y) { return x.tps < y.tps; });
+  return rs[rs.size() / 2];
+}
+
+// Disk bandwidth for this model's expert reads: random experts, the same reads the cache issues,
+// queue depth qd, for ~1.5 s.
+double measure_disk_mbs(const Model& m, const Args& a) {
+  auto file = a.io == storage::IoMode::naive ? storage::open_buffered(m.path()) : storage::open_direct(m.path());
+  storage::IoOptions io;
+  io.queue_depth = a.queue_depth;
+  auto eng = storage::make_io_engine(a.io, file, io);
+  ExpertLayout layout(m, file->alignment());
+  const int qd = a.queue_depth;
+  std::vector<storage::AlignedBuffer> bufs;
+  for (int i = 0; i < qd; ++i) bufs.emplace_back(layout.slot_bytes());
+  std::mt19937 rng(7);
+  uint64_t tag = 1, bytes = 0;
+  std::vector<storage::IoCompletion> done;
+  auto submit = [&](int slot) {
+    const int l = static_cast<int>(rng() % static_cast<uint32_t>(m.config().n_layer));
+    const int e = static_cast<int>(rng() % static_cast<uint32_t>(m.config().n_expert));
+    storage::IoRequest r;
+    r.tag = (tag++ << 8) | static_cast<uint64_t>(slot);
+    for (const SlotRead& sr : layout.reads(l, e)) r.ops.push_back({sr.file_offset, sr.length, bufs[static_cast<size_t>(slot)].data() + sr.slot_offset});
+    eng->submit(std::move(r));
+    bytes += layout.expert_bytes(l);
+  };
+  for (int i = 0; i < qd; ++i) submit(i);
+  const double t0 = now_s();
+  uint64_t done_bytes = 0;
+  while (now_s() - t0 < 1.5) {
+    done.clear();
+    eng->wait(done, std::chrono::microseconds(100000));
+    for (const auto& c : done) {
+      done_bytes += c.bytes;
+      submit(static_cast<int>(c.tag & 0xff));
+    }
+  }
+  const double secs = now_s() - t0;
+  while (eng->pending()) { done.clear(); eng->wait(done, std::chrono::microseconds(100000)); }
+  return static_cast<double>(done_bytes) / 1e6 / secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    auto resident = Model::load(a.model);
+    auto streamed = Model::load(a.model, LoadOptions{.map_experts = false});
+    const ModelConfig& c = resident->config();
+    std::vector<int32_t> prompt = make_prompt(a.n_prompt, c.n_vocab);
+    if (!a.prompt_file.empty()) {
+      std::ifstream f(a.prompt_file, std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      Tokenizer tok(vocab_from_gguf(resident->gguf()));
+      prompt = tok.encode(ss.str().substr(0, 64 * static_cast<size_t>(a.n_prompt)), false, false);
+      if (static_cast<int>(prompt.size()) > a.n_prompt) prompt.resize(static_cast<size_t>(a.n_prompt));
+      if (prompt.empty()) throw Error("empty prompt file " + a.prompt_file);
+    }
+    const uint64_t sb = StreamingExperts::slot_bytes_for(*streamed, a.io);
+    const BudgetPlan plan = plan_budget(*streamed, a.mem, a.n_prompt + a.n_gen + 8, 256, sb);
+    uint64_t all_experts = 0;
+    for (int l = 0; l < c.n_layer; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
+    std::printf("model %s: %d layers, %d experts (k=%d), expert %.2f MiB; %s\n", a.model.c_str(), c.n_layer, c.n_expert,
+                c.n_expert_used, streamed->expert_size(0) / 1048576.0, plan.describe().c_str());
+    std::printf("cache holds %.1f%% of the experts; %d threads, %d prompt + %d decode tokens, %d reps, io %s\n",
+                100.0 * static_cast<double>(plan.cache) / static_cast<double>(all_experts), a.threads, a.n_prompt,
+                a.n_gen, a.reps, storage::io_mode_name(a.io));
+
+    const Result res = median_of(a.reps, [&] { return run_once(*resident, nullptr, a, prompt); });
+    auto streamed_run = [&](Schedule s) {
+      return median_of(a.reps, [&] {
+        StreamingOptions o;
+        o.schedule = s;
+        o.io_mode = a.io;
+        o.cache_bytes = plan.cache;
+        o.policy = a.policy;
+        o.predict_extra = a.predict_extra;
+        o.prefetch_budget = a.prefetch_budget;
+        o.queue_depth = a.queue_depth;
+        StreamingExperts ex(*streamed, o);
+        Result r = run_once(*streamed, &ex, a, prompt);
+        ex.on_token_done();
+        r.total = ex.stats().total();
+        r.tokens = ex.stats().tokens;
+        r.io_busy_s = ex.stats().io.busy_us / 1e6;
+        r.io_bytes = ex.stats().io.bytes;
+        return r;
+      });
+    };
+    const Result od = streamed_run(Schedule::ondemand);
+    const Result la = streamed_run(Schedule::lookahead);
+    const double disk = measure_disk_mbs(*streamed, a);
+
+    const double t_compute = 1.0 / res.tps;
+    const double must_read_mb = static_cast<double>(od.total.bytes_demand) / 1e6 / static_cast<double>(od.tokens);
+    const double t_io = must_read_mb / disk;
+    const double ceiling = 1.0 / std::max(t_io, t_compute);
+    auto line = [&](const char* name, const Result& r) {
+      const LayerStreamStats& t = r.total;
+      const double tok = r.tokens ? static_cast<double>(r.tokens) : 1.0;
+      std::printf("%-10s %8.2f tok/s  x%.2f vs ondemand  %5.1f%% of ceiling  hit %5.1f%%  prepared %5.1f%%  recall@k %.3f  "
+                  "MB/tok demand %.2f prefetch %.2f wasted %.2f  hash %s\n",
+                  name, r.tps, r.tps / od.tps, 100.0 * r.tps / ceiling,
+                  t.selected ? 100.0 * t.hits / t.selected : 100.0,
+                  t.selected ? 100.0 * (t.hits + t.in_flight) / t.selected : 100.0,
+                  t.selected ? static_cast<double>(t.raw_pred_hits_k) / t.selected : 0.0,
+                  t.bytes_demand / 1e6 / tok, t.bytes_prefetch / 1e6 / tok, t.bytes_wasted / 1e6 / tok,
+                  hex64(r.hash).c_str());
+    };
+    std::printf("\ndisk: %.0f MB/s for this model's expert reads (queue depth %d)\n", disk, a.queue_depth);
+    std::printf("ceiling: max(t_io %.2f ms = %.2f MB/tok must-read / disk, t_compute %.2f ms) -> %.2f tok/s\n\n",
+                1e3 * t_io, must_read_mb, 1e3 * t_compute, ceiling);
+    line("resident", res);
+    line("ondemand", od);
+    line("lookahead", la);
+    const bool same = res.hash == od.hash && od.hash == la.hash;
+    std::printf("\nlogits identical across resident/ondemand/lookahead: %s\n", same ? "yes" : "NO");
+    if (!a.json.empty()) {
+      FILE* f = std::fopen(a.json.c_str(), "w");
+      if (f) {
+        std::fprintf(f, "{\"model\": \"%s\", \"mem\": %llu, \"threads\": %d, \"disk_mb_s\": %.1f, \"t_io_ms\": %.3f, "
+                        "\"t_compute_ms\": %.3f, \"ceiling_tok_s\": %.3f, \"resident_tok_s\": %.3f, "
+                        "\"ondemand_tok_s\": %.3f, \"lookahead_tok_s\": %.3f, \"identical\": %s}\n",
+                     a.model.c_str(), static_cast<unsigned long long>(a.mem), a.threads, disk, 1e3 * t_io,
+                     1e3 * t_compute, ceiling, res.tps, od.tps, la.tps, same ? "true" : "false");
+        std::fclose(f);
+      }
+    }
+    return same ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_streaming: %s\n", e.what());
+    return 1;
+  }
+}
