@@ -1,10 +1,24 @@
 #include "les/util/thread_pool.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 
 namespace les {
 
 namespace {
+// Direct futex calls on the 32-bit generation word (std::atomic::wait in libstdc++ 12 can miss
+// wake-ups under contention).
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -21,7 +35,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   generation_.fetch_add(1);
-  generation_.notify_all();
+  futex_wake_all(&generation_);
   for (auto& t : threads_) t.join();
 }
 
@@ -35,10 +49,11 @@ void ThreadPool::run_chunks(int thread_index) {
 }
 
 void ThreadPool::worker(int index) {
-  uint64_t seen = generation_.load();
+  // The generation at construction: a job or stop published before this thread ran is not missed.
+  uint32_t seen = 0;
   for (;;) {
     // Spin a little (decode issues many short loops back to back), then sleep.
-    uint64_t gen = generation_.load();
+    uint32_t gen = generation_.load();
     for (int spin = 0; gen == seen && spin < 4000; ++spin) {
       cpu_relax();
       gen = generation_.load();
@@ -47,7 +62,7 @@ void ThreadPool::worker(int index) {
       sleepers_.fetch_add(1);
       gen = generation_.load();
       while (gen == seen) {
-        generation_.wait(seen);
+        futex_wait(&generation_, seen);
         gen = generation_.load();
       }
       sleepers_.fetch_sub(1);
@@ -80,7 +95,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   next_chunk_.store(0);
   open_.store(true);
   generation_.fetch_add(1);
-  if (sleepers_.load() > 0) generation_.notify_all();
+  if (sleepers_.load() > 0) futex_wake_all(&generation_);
   run_chunks(0);
   open_.store(false);
   while (active_.load() != 0) cpu_relax();

@@ -38,7 +38,7 @@ class ThreadPool {
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<bool> open_{false};
   std::atomic<int> active_{0};
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint32_t> generation_{0};  // 32-bit: waited on directly as a futex word
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
 };
