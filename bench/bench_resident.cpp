@@ -1,0 +1,118 @@
+// Fully resident prefill and decode speed of les next to llama.cpp on the same file, thread
+// count, prompt length and decode length, in one run (medians of repeats). llama.cpp is run via
+// tools/llamacpp-ref/bench.mjs (node-llama-cpp) when installed.
+//
+//   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--no-llamacpp] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "les/model/context.h"
+#include "les/quant/kernels.h"
+#include "les/util/error.h"
+
+using namespace les;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, json_out;
+  int threads = 2, n_prompt = 128, n_gen = 64, reps = 5;
+  bool run_llamacpp = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (k == "-m") model_path = val();
+    else if (k == "-t") threads = std::stoi(val());
+    else if (k == "-p") n_prompt = std::stoi(val());
+    else if (k == "-n") n_gen = std::stoi(val());
+    else if (k == "--reps") reps = std::stoi(val());
+    else if (k == "--no-llamacpp") run_llamacpp = false;
+    else if (k == "--json") json_out = val();
+    else {
+      std::fprintf(stderr, "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--no-llamacpp] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (model_path.empty()) {
+    std::fprintf(stderr, "bench_resident: -m MODEL is required\n");
+    return 2;
+  }
+  try {
+    auto m = Model::load(model_path);
+    const ModelConfig& c = m->config();
+    std::mt19937 rng(42);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(std::max(2, c.n_vocab - 300))));
+    std::vector<double> pre, dec;
+    for (int r = 0; r < reps + 1; ++r) {
+      Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
+      double t0 = now_s();
+      ctx.eval(prompt, false);
+      const double tp = now_s() - t0;
+      t0 = now_s();
+      for (int i = 0; i < n_gen; ++i) {
+        const float* lg = ctx.last_logits();
+        const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + c.n_vocab) - lg);
+        ctx.eval(std::span<const int32_t>(&next, 1), false);
+      }
+      const double td = now_s() - t0;
+      if (r == 0) continue;  // warm-up
+      pre.push_back(n_prompt / tp);
+      dec.push_back(n_gen / td);
+    }
+    const double les_pre = median(pre), les_dec = median(dec);
+    const double active = static_cast<double>(m->dense_bytes()) +
+                          static_cast<double>(c.n_expert_used) * static_cast<double>(m->expert_size(0)) * c.n_layer;
+    std::printf("model %s (%s), %d threads, isa %s, prompt %d, decode %d, %d reps\n", model_path.c_str(),
+                c.arch_str.c_str(), threads, isa_name(kernels().isa), n_prompt, n_gen, reps);
+    std::printf("les:       prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
+                les_pre, les_dec, active * les_dec / 1e9);
+    nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"prompt", n_prompt}, {"decode", n_gen},
+                          {"les_prefill_tok_s", les_pre}, {"les_decode_tok_s", les_dec},
+                          {"active_bytes_per_token", active}};
+    if (run_llamacpp) {
+      const std::string tmp = "/tmp/bench_resident_llamacpp.json";
+      const std::string cmd = std::string("node ") + LES_BENCH_SOURCE_DIR + "/tools/llamacpp-ref/bench.mjs --model '" +
+                              model_path + "' --threads " + std::to_string(threads) + " -n " + std::to_string(n_gen) +
+                              " --prompt-tokens " + std::to_string(n_prompt) + " --repeats " + std::to_string(reps) +
+                              " --json " + tmp + " > /dev/null 2>&1";
+      if (std::system(cmd.c_str()) == 0) {
+        std::ifstream f(tmp);
+        const auto j = nlohmann::json::parse(f);
+        const double ll_pre = j["llama_internal"]["prefill_tok_s"], ll_dec = j["llama_internal"]["decode_tok_s"];
+        std::printf("llama.cpp: prefill %8.2f tok/s   decode %7.2f tok/s   (llama.cpp's own counters)\n", ll_pre, ll_dec);
+        std::printf("ratio les/llama.cpp: prefill %.2fx   decode %.2fx\n", les_pre / ll_pre, les_dec / ll_dec);
+        out["llamacpp_prefill_tok_s"] = ll_pre;
+        out["llamacpp_decode_tok_s"] = ll_dec;
+        out["ratio_decode"] = les_dec / ll_dec;
+        out["ratio_prefill"] = les_pre / ll_pre;
+      } else {
+        std::printf("llama.cpp: not run (node-llama-cpp missing or failed: %s)\n", cmd.c_str());
+      }
+    }
+    if (!json_out.empty()) std::ofstream(json_out) << out.dump(1) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_resident: %s\n", e.what());
+    return 1;
+  }
+}
