@@ -40,7 +40,7 @@ struct Args {
   int threads = 2;
   int reps = 3;
   storage::IoMode io = storage::IoMode::uring;
-  std::string policy = "lru";
+  std::string policy = cache::kDefaultPolicy;
   int predict_extra = 2;
   double prefetch_budget = 1.5;
   int queue_depth = 8;

@@ -114,7 +114,7 @@ void StreamingExperts::evict(int si) {
     stats_.layers[static_cast<size_t>(cache::key_layer(s.key))].bytes_wasted += layout_.expert_bytes(cache::key_layer(s.key));
   }
   key_slot_[index(s.key)] = -1;
-  s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+  s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
 }
 
 int StreamingExperts::acquire_slot(bool demand) {
@@ -185,7 +185,7 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
     const cache::ExpertKey key = s.key;
     key_slot_[index(key)] = -1;
     policy_->on_evict(key);
-    s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+    s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
     free_slots_.push_back(si);
     throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(key), layer,
                        c.error.c_str()));
@@ -297,12 +297,14 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
         tag_slot_.erase(s.tag);
         policy_->on_evict(s.key);
         key_slot_[index(s.key)] = -1;
-        s = Slot{0, SlotState::free, 0, 0, false, 0, s.data, 0};
+        s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
         free_slots_.push_back(si);
         ++ls.prefetch_cancelled;
       }
     }
   }
+
+  policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
 
   // Classify: resident (compute first), in flight (promote), missing (demand read).
   std::vector<int> slot_of_i(n, -1);
@@ -333,7 +335,6 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       deferred.push_back(i);
     }
   }
-  policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
 
   auto issue_deferred = [&] {
     while (!deferred.empty()) {
@@ -344,8 +345,9 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       const cache::ExpertKey key = cache::make_key(layer, ids[i]);
       Slot& s = slots_[static_cast<size_t>(si)];
       s.prefetched = false;
+      s.demand_fresh = true;  // the policy counts a demand insert as this use
       s.pins = 1;
-      policy_->on_insert(key, clock_);
+      policy_->on_insert(key, clock_++);
       submit_read(si, key, storage::IoPriority::demand);
       ls.bytes_demand += eb;
       slot_of_i[i] = si;
@@ -364,7 +366,11 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     }
     s.protect_until = 0;
     --s.pins;
-    policy_->on_hit(s.key, clock_++);
+    if (s.demand_fresh) {
+      s.demand_fresh = false;
+    } else {
+      policy_->on_hit(s.key, clock_++);
+    }
     done[i] = 1;
   };
 

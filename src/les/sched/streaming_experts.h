@@ -36,7 +36,7 @@ struct StreamingOptions {
   uint64_t cache_bytes = 0;     // bytes for expert slots (slots = cache_bytes / slot bytes)
   int predict_extra = 2;        // m: prefetch the top k+m of the prediction
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
-  std::string policy = "lru";   // eviction policy name (cache/policy.h)
+  std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
   int queue_depth = 8;
   int io_threads = 0;           // pread/naive worker threads (0: queue depth)
@@ -95,6 +95,7 @@ class StreamingExperts final : public ExpertSource {
     int pins = 0;
     uint64_t tag = 0;
     bool prefetched = false;     // filled by a prefetch and not used since
+    bool demand_fresh = false;   // demand-loaded, first use not yet computed
     uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
     uint8_t* data = nullptr;
     int retries = 0;
