@@ -105,10 +105,12 @@ std::vector<int32_t> make_prompt(int n, int n_vocab) {
   return p;
 }
 
-Result run_once(const Model& m, ExpertSource* src, const Args& a, const std::vector<int32_t>& prompt) {
+// Statistics cover the decode phase only (prefill routes many tokens per layer at once).
+Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std::vector<int32_t>& prompt) {
   Context ctx(m, ContextParams{.n_ctx = a.n_prompt + a.n_gen + 8, .n_threads = a.threads}, src);
   const int nv = m.config().n_vocab;
   ctx.eval(prompt, false);
+  if (src) src->reset_stats();
   const double t0 = now_s();
   for (int i = 0; i < a.n_gen; ++i) {
     const float* lg = ctx.last_logits();

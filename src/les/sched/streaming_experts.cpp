@@ -99,6 +99,8 @@ StreamingExperts::~StreamingExperts() {
 void StreamingExperts::reset_stats() {
   for (auto& l : stats_.layers) l = LayerStreamStats{};
   stats_.tokens = 0;
+  io_base_ = io_->counters();
+  stats_.io = storage::IoCounters{};
 }
 
 size_t StreamingExperts::index(cache::ExpertKey k) const {
@@ -247,9 +249,17 @@ void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_to
   }
   pd.valid = true;
 
-  LayerStreamStats& ls = stats_.layers[static_cast<size_t>(next)];
-  const uint64_t eb = layout_.expert_bytes(next);
-  for (cache::ExpertKey key : predicted_) {
+  pd.issued = false;
+}
+
+void StreamingExperts::issue_prefetch(int layer) {
+  if (layer >= cfg_.n_layer) return;
+  Prediction& pd = pred_[static_cast<size_t>(layer)];
+  if (!pd.valid || pd.issued) return;
+  pd.issued = true;
+  LayerStreamStats& ls = stats_.layers[static_cast<size_t>(layer)];
+  const uint64_t eb = layout_.expert_bytes(layer);
+  for (cache::ExpertKey key : pd.keys) {
     policy_->on_predict(key, clock_);
     const int si = slot_of(key);
     if (si >= 0) {
@@ -375,6 +385,8 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   };
 
   issue_deferred();
+  // Demand reads of this layer are queued first; then the next layer's predicted experts.
+  if (opt_.schedule == Schedule::lookahead) issue_prefetch(layer + 1);
   const bool eager = opt_.schedule == Schedule::lookahead;
   if (eager) {
     for (size_t i : ready) run_one(i);
@@ -423,7 +435,13 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
 
 void StreamingExperts::on_token_done() {
   token_prefetch_bytes_ = 0;
-  stats_.io = io_->counters();
+  const storage::IoCounters c = io_->counters();
+  storage::IoCounters d = c;
+  d.requests -= io_base_.requests; d.errors -= io_base_.errors; d.cancelled -= io_base_.cancelled;
+  d.promoted -= io_base_.promoted; d.ops -= io_base_.ops; d.syscalls -= io_base_.syscalls;
+  d.submit_calls -= io_base_.submit_calls; d.bytes -= io_base_.bytes; d.retries -= io_base_.retries;
+  d.short_reads -= io_base_.short_reads; d.busy_us -= io_base_.busy_us;
+  stats_.io = d;
 }
 
 }  // namespace les

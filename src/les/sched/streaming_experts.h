@@ -110,7 +110,10 @@ class StreamingExperts final : public ExpertSource {
   // Processes completions (blocking up to timeout_us if block); returns how many arrived.
   size_t drain(bool block, int64_t timeout_us);
   void on_complete(const storage::IoCompletion& c);
+  // Computes the prediction for layer+1 (no I/O); issue_prefetch submits its reads later, behind
+  // the demand reads of the current layer.
   void predict_next(int layer, const float* x_norm, int64_t n_tok);
+  void issue_prefetch(int layer);
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -134,6 +137,7 @@ class StreamingExperts final : public ExpertSource {
   // and per expert 0 = not predicted, 1 = in the raw top k, 2 = in the raw top k+m.
   struct Prediction {
     bool valid = false;
+    bool issued = false;        // its prefetches were submitted
     std::vector<cache::ExpertKey> keys;
     std::vector<uint8_t> rank;  // [n_expert]
   };
@@ -141,6 +145,7 @@ class StreamingExperts final : public ExpertSource {
   std::vector<float> pred_logits_;
   std::vector<storage::IoCompletion> completions_;
   StreamStats stats_;
+  storage::IoCounters io_base_{};             // engine counters at the last reset_stats()
 };
 
 }  // namespace les
