@@ -1,0 +1,228 @@
+// io_uring backend: one SQE per op (IORING_OP_READ into the caller's buffer, O_DIRECT when the
+// file is direct), SQEs prepared under the engine lock and submitted in batches with one
+// io_uring_submit; a completion thread reaps CQEs, retries short reads/EINTR/EAGAIN with a new
+// SQE for the remainder, and starts queued ops as slots free up.
+//
+// Threads: the SQ is touched only under mu_ (by submit()/promote() on the caller's thread and by
+// the completion thread); the CQ only by the completion thread.
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+
+#include "les/storage/io_internal.h"
+#include "les/util/error.h"
+
+#ifdef LES_HAVE_URING
+#include <liburing.h>
+
+#include <cstring>
+#endif
+
+namespace les::storage::detail {
+
+#ifdef LES_HAVE_URING
+
+namespace {
+
+constexpr uint64_t kWakeTag = 0;  // user_data of the NOP that wakes the completion thread
+constexpr uint64_t kMaxSqeBytes = 1ull << 30;
+
+class UringEngine final : public QueuedIoEngine {
+ public:
+  UringEngine(std::shared_ptr<ReadFile> file, const IoOptions& o)
+      : QueuedIoEngine(IoMode::uring, std::move(file), o.queue_depth) {
+    unsigned entries = 1;
+    while (entries < static_cast<unsigned>(o.queue_depth) + 1) entries <<= 1;
+    const int rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) {
+      throw Error(strfmt("%s: io_uring is not available (io_uring_queue_init: %s; old kernel, "
+                         "io_uring disabled, or blocked by seccomp); use --io pread",
+                         file_->path().c_str(), std::strerror(-rc)));
+    }
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+      const bool has_read = io_uring_opcode_supported(probe, IORING_OP_READ);
+      io_uring_free_probe(probe);
+      if (!has_read) {
+        io_uring_queue_exit(&ring_);
+        throw Error(strfmt("%s: this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6+); "
+                           "use --io pread",
+                           file_->path().c_str()));
+      }
+    }
+    fd_ = file_->fd();
+    if (io_uring_register_files(&ring_, &fd_, 1) == 0) fixed_ = true;
+    slots_.resize(static_cast<size_t>(o.queue_depth));
+    free_.reserve(slots_.size());
+    for (size_t i = slots_.size(); i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+    reaper_ = std::thread([this] { reap(); });
+  }
+
+  ~UringEngine() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      fail_queued_locked(ECANCELED, file_->path() + ": I/O engine shut down", false);
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      LES_ASSERT(sqe != nullptr);
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data64(sqe, kWakeTag);
+      int rc;
+      do rc = io_uring_submit(&ring_);
+      while (rc == -EINTR || rc == -EAGAIN);
+    }
+    reaper_.join();
+    io_uring_queue_exit(&ring_);
+  }
+
+ protected:
+  void kick_locked() override {
+    if (!broken_.empty()) {
+      fail_queued_locked(EIO, broken_, true);
+      return;
+    }
+    OpRef ref;
+    while (!free_.empty() && take_op_locked(ref)) {
+      const uint32_t s = free_.back();
+      free_.pop_back();
+      slots_[s].ref = ref;
+      slots_[s].progress = ReadProgress(file_.get(), ref.op());
+      if (ref.op().length == 0) {  // nothing to read
+        finish_slot_locked(s);
+        continue;
+      }
+      prep_locked(s);
+    }
+    submit_locked();
+  }
+
+ private:
+  struct Slot {
+    OpRef ref;
+    ReadProgress progress;
+  };
+
+  void prep_locked(uint32_t s) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    LES_ASSERT(sqe != nullptr);  // entries > queue_depth and SQEs are consumed by each submit
+    const ReadProgress& p = slots_[s].progress;
+    // Reads larger than 1 GiB go in pieces (the kernel caps one read anyway); the remainder is
+    // a short read to the progress logic.
+    const uint64_t n = std::min<uint64_t>(p.next_length(), kMaxSqeBytes);
+    io_uring_prep_read(sqe, fixed_ ? 0 : fd_, p.next_dst(), static_cast<unsigned>(n), p.next_offset());
+    if (fixed_) sqe->flags |= IOSQE_FIXED_FILE;
+    io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(s) + 1);
+    unsubmitted_.push_back(s);
+  }
+
+  void submit_locked() {
+    int tries = 0;
+    while (io_uring_sq_ready(&ring_) > 0) {
+      const int rc = io_uring_submit(&ring_);
+      if (rc >= 0) {
+        ++counters_.submit_calls;
+        const size_t consumed = std::min(static_cast<size_t>(rc), unsubmitted_.size());
+        unsubmitted_.erase(unsubmitted_.begin(), unsubmitted_.begin() + static_cast<std::ptrdiff_t>(consumed));
+        continue;
+      }
+      if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && ++tries < 1000) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      break_locked(strfmt("%s: io_uring_submit failed: %s", file_->path().c_str(), std::strerror(-rc)), -rc);
+      return;
+    }
+    unsubmitted_.clear();
+  }
+
+  // The ring cannot take SQEs any more: fail the prepared ones (the kernel never saw them) and
+  // everything queued; ops already in the kernel still complete normally.
+  void break_locked(const std::string& msg, int err) {
+    broken_ = msg;
+    std::vector<uint32_t> lost;
+    lost.swap(unsubmitted_);
+    for (uint32_t s : lost) {
+      OpResult& r = slots_[s].progress.result();
+      r.err = err;
+      r.error = msg;
+      r.bytes = 0;
+      finish_slot_locked(s);
+    }
+    fail_queued_locked(err, msg, true);
+  }
+
+  void finish_slot_locked(uint32_t s) {
+    Slot& slot = slots_[s];
+    finish_op_locked(slot.ref, std::move(slot.progress.result()));
+    slot = Slot{};
+    free_.push_back(s);
+  }
+
+  void handle_locked(const io_uring_cqe* cqe) {
+    const uint64_t data = io_uring_cqe_get_data64(cqe);
+    if (data == kWakeTag) return;
+    const uint32_t s = static_cast<uint32_t>(data - 1);
+    LES_ASSERT(s < slots_.size());
+    if (slots_[s].progress.on_result(cqe->res)) {
+      prep_locked(s);  // remainder or retry, submitted with the next batch
+    } else {
+      finish_slot_locked(s);
+    }
+  }
+
+  void reap() {
+    for (;;) {
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(&ring_, &cqe);  // CQ is this thread's alone
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIME) {
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (stop_ && in_flight_ == 0) return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));  // do not spin on a broken ring
+        continue;
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      unsigned head;
+      unsigned n = 0;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        handle_locked(cqe);
+        ++n;
+      }
+      io_uring_cq_advance(&ring_, n);
+      kick_locked();
+      if (stop_ && in_flight_ == 0) return;
+    }
+  }
+
+  io_uring ring_{};
+  int fd_ = -1;
+  bool fixed_ = false;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  std::vector<uint32_t> unsubmitted_;  // slots prepared since the last successful submit
+  std::string broken_;
+  bool stop_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace
+
+std::unique_ptr<IoEngine> make_uring_engine(std::shared_ptr<ReadFile> file, const IoOptions& o) {
+  if (file->fd() < 0) {
+    throw Error(strfmt("%s: the io_uring backend needs a real file (use --io pread or fake)",
+                       file->path().c_str()));
+  }
+  return std::make_unique<UringEngine>(std::move(file), o);
+}
+
+#else  // !LES_HAVE_URING
+
+std::unique_ptr<IoEngine> make_uring_engine(std::shared_ptr<ReadFile> file, const IoOptions&) {
+  throw Error(strfmt("%s: this build has no io_uring support (liburing was not found at build "
+                     "time); use --io pread",
+                     file->path().c_str()));
+}
+
+#endif
+
+}  // namespace les::storage::detail
