@@ -1,0 +1,289 @@
+// Random rows in every weight type. Quantized blocks: fixed (sub-)block scales chosen so that the
+// codes, drawn uniformly over a range symmetric about zero, give exactly the requested standard
+// deviation; the codes are random bits laid out where the dequantizer reads them.
+#include "les/synth/random_fill.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "les/quant/blocks.h"
+#include "les/util/error.h"
+#include "les/util/fp16.h"
+#include "les/util/hash.h"
+
+namespace les::synth {
+
+uint64_t tensor_key(uint64_t seed, std::string_view name) {
+  return hash64(name.data(), name.size(), mix64(seed ^ 0x5eed5eed5eed5eedull));
+}
+
+namespace {
+
+// Root mean square of the integers 0..n-1 (the magnitude of sign-magnitude codes).
+double rms_0_to(int n) {
+  double s = 0;
+  for (int m = 0; m < n; ++m) s += static_cast<double>(m) * m;
+  return std::sqrt(s / n);
+}
+// Standard deviation of a uniform code over 0..n-1 about its mean (n - 1) / 2.
+double sd_uniform(int n) { return std::sqrt((static_cast<double>(n) * n - 1.0) / 12.0); }
+
+// Random bytes.
+void random_bytes(Rng& rng, uint8_t* p, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t r = rng.next();
+    std::memcpy(p + i, &r, 8);
+  }
+  if (i < n) {
+    const uint64_t r = rng.next();
+    std::memcpy(p + i, &r, n - i);
+  }
+}
+
+// A stream of random bit fields taken from 64-bit words.
+struct Bits {
+  Rng& rng;
+  uint64_t word = 0;
+  int left = 0;
+  uint32_t take(int nbits) {
+    if (left < nbits) {
+      word = rng.next();
+      left = 64;
+    }
+    const uint32_t v = static_cast<uint32_t>(word & ((1ull << nbits) - 1));
+    word >>= nbits;
+    left -= nbits;
+    return v;
+  }
+};
+
+// Sign-magnitude code with magnitude bits `mb`: centre +- (r & mask), r uniform.
+inline int sm_code(uint32_t r, int mb, int centre) {
+  const int m = static_cast<int>(r & ((1u << mb) - 1));
+  return (r >> mb) & 1 ? centre - m : centre + m;
+}
+
+void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
+  std::memset(out, 0, 12);
+  for (int j = 0; j < 4; ++j) {
+    out[j] = sc[j];
+    out[j + 4] = mn[j];
+  }
+  for (int j = 4; j < 8; ++j) {
+    out[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+    out[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+    out[j] |= static_cast<uint8_t>((mn[j] >> 4) << 6);
+  }
+}
+
+// stored: 6-bit scales with the +32 offset.
+void pack_scales_q3_K(const uint8_t stored[16], uint8_t out[12]) {
+  std::memset(out, 0, 12);
+  for (int j = 0; j < 16; ++j) {
+    const int l = stored[j];
+    if (j < 8) out[j] = static_cast<uint8_t>(l & 0xF);
+    else out[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+    out[8 + j % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
+  }
+}
+
+uint16_t h(double x) { return f32_to_fp16(static_cast<float>(x)); }
+
+}  // namespace
+
+void fill_normal_row(float sigma, uint64_t key, int64_t row, int64_t n, float* dst) {
+  Rng rng(key, static_cast<uint64_t>(row));
+  for (int64_t i = 0; i < n; ++i) dst[i] = sigma * rng.normal();
+}
+
+void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, void* dst) {
+  LES_ASSERT(n % block_size(t) == 0);
+  LES_ASSERT(sigma >= 0.0f && std::isfinite(sigma));
+  Rng rng(key, static_cast<uint64_t>(row));
+  const int64_t nb = n / block_size(t);
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case Type::F32: {
+      auto* y = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = sigma * rng.normal();
+      return;
+    }
+    case Type::F16: case Type::BF16: {
+      auto* y = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = sigma * rng.normal();
+        y[i] = t == Type::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+      }
+      return;
+    }
+    case Type::Q8_0: {
+      static const double sd = rms_0_to(128);
+      auto* b = reinterpret_cast<block_q8_0*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        uint8_t r[QK8_0];
+        random_bytes(rng, r, sizeof r);
+        for (int j = 0; j < QK8_0; ++j) b[i].qs[j] = static_cast<int8_t>(sm_code(r[j], 7, 0));
+      }
+      return;
+    }
+    case Type::Q4_0: {
+      static const double sd = rms_0_to(8);
+      auto* b = reinterpret_cast<block_q4_0*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        uint8_t r[QK4_0 / 2];
+        random_bytes(rng, r, sizeof r);
+        for (int j = 0; j < QK4_0 / 2; ++j) {
+          const int lo = sm_code(r[j] & 0xF, 3, 8), hi = sm_code(r[j] >> 4, 3, 8);
+          b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+      return;
+    }
+    case Type::Q4_1: {
+      static const double sd = sd_uniform(16);
+      auto* b = reinterpret_cast<block_q4_1*>(out);
+      const double d = fp16_to_f32(h(sigma / sd));
+      const uint16_t dh = h(d), mh = h(-7.5 * d);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = dh;
+        b[i].m = mh;
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::Q5_0: {
+      static const double sd = rms_0_to(16);
+      auto* b = reinterpret_cast<block_q5_0*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        Bits bits{rng};
+        uint32_t qh = 0;
+        for (int j = 0; j < QK5_0 / 2; ++j) {
+          const int q0 = sm_code(bits.take(5), 4, 16), q1 = sm_code(bits.take(5), 4, 16);
+          b[i].qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+          qh |= static_cast<uint32_t>(q0 >> 4) << j;
+          qh |= static_cast<uint32_t>(q1 >> 4) << (j + 16);
+        }
+        std::memcpy(b[i].qh, &qh, 4);
+      }
+      return;
+    }
+    case Type::Q5_1: {
+      static const double sd = sd_uniform(32);
+      auto* b = reinterpret_cast<block_q5_1*>(out);
+      const double d = fp16_to_f32(h(sigma / sd));
+      const uint16_t dh = h(d), mh = h(-15.5 * d);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = dh;
+        b[i].m = mh;
+        random_bytes(rng, b[i].qh, sizeof b[i].qh);
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::Q2_K: {
+      // x = d*10*q - d*15 = 10 d (q - 1.5), q uniform in 0..3.
+      static const double sd = 10.0 * sd_uniform(4);
+      auto* b = reinterpret_cast<block_q2_K*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        std::memset(b[i].scales, (15 << 4) | 10, sizeof b[i].scales);
+        b[i].d = d;
+        b[i].dmin = d;
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::Q3_K: {
+      // x = d*16*c, c = +-m, m uniform in 0..3 (c in -3..3).
+      static const double sd = 16.0 * rms_0_to(4);
+      uint8_t stored[16];
+      std::memset(stored, 32 + 16, sizeof stored);
+      uint8_t packed[12];
+      pack_scales_q3_K(stored, packed);
+      auto* b = reinterpret_cast<block_q3_K*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        std::memcpy(b[i].scales, packed, 12);
+        b[i].d = d;
+        std::memset(b[i].qs, 0, sizeof b[i].qs);
+        std::memset(b[i].hmask, 0, sizeof b[i].hmask);
+        Bits bits{rng};
+        for (int e = 0; e < QK_K; ++e) {
+          const int hh = e / 128, k = (e % 128) / 32, l = e % 32;
+          const int c = sm_code(bits.take(3), 2, 0);  // -3..3
+          const int hbit = c >= 0 ? 1 : 0;
+          const int lo = c >= 0 ? c : c + 4;
+          b[i].qs[32 * hh + l] |= static_cast<uint8_t>(lo << (2 * k));
+          b[i].hmask[l] |= static_cast<uint8_t>(hbit << (e / 32));
+        }
+      }
+      return;
+    }
+    case Type::Q4_K: {
+      // x = d*8*q - d*60 = 8 d (q - 7.5), q uniform in 0..15.
+      static const double sd = 8.0 * sd_uniform(16);
+      const uint8_t sc[8] = {8, 8, 8, 8, 8, 8, 8, 8}, mn[8] = {60, 60, 60, 60, 60, 60, 60, 60};
+      uint8_t packed[12];
+      pack_scale_min_k4(sc, mn, packed);
+      auto* b = reinterpret_cast<block_q4_K*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        b[i].dmin = d;
+        std::memcpy(b[i].scales, packed, 12);
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::Q5_K: {
+      // x = d*4*q - d*62 = 4 d (q - 15.5), q uniform in 0..31.
+      static const double sd = 4.0 * sd_uniform(32);
+      const uint8_t sc[8] = {4, 4, 4, 4, 4, 4, 4, 4}, mn[8] = {62, 62, 62, 62, 62, 62, 62, 62};
+      uint8_t packed[12];
+      pack_scale_min_k4(sc, mn, packed);
+      auto* b = reinterpret_cast<block_q5_K*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        b[i].dmin = d;
+        std::memcpy(b[i].scales, packed, 12);
+        random_bytes(rng, b[i].qh, sizeof b[i].qh);
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::Q6_K: {
+      // x = d*64*(q - 32), q = 32 +- m, m uniform in 0..31.
+      static const double sd = 64.0 * rms_0_to(32);
+      auto* b = reinterpret_cast<block_q6_K*>(out);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        std::memset(b[i].scales, 64, sizeof b[i].scales);
+        std::memset(b[i].ql, 0, sizeof b[i].ql);
+        std::memset(b[i].qh, 0, sizeof b[i].qh);
+        Bits bits{rng};
+        for (int e = 0; e < QK_K; ++e) {
+          const int hh = e / 128, k = (e % 128) / 32, l = e % 32;
+          const int q = sm_code(bits.take(6), 5, 32);  // 1..63
+          uint8_t& lb = b[i].ql[64 * hh + l + 32 * (k & 1)];
+          lb |= static_cast<uint8_t>(k < 2 ? (q & 0xF) : ((q & 0xF) << 4));
+          b[i].qh[32 * hh + l] |= static_cast<uint8_t>((q >> 4) << (2 * k));
+        }
+      }
+      return;
+    }
+    default:
+      throw Error(strfmt("synth: no random generator for tensor type %s", type_name(t)));
+  }
+}
+
+}  // namespace les::synth

@@ -1,0 +1,152 @@
+// Named shapes and the validation of a synthetic model's specification.
+#include <cmath>
+#include <numeric>
+
+#include "les/convert/quantize_model.h"
+#include "les/synth/synth.h"
+#include "les/util/error.h"
+
+namespace les::synth {
+
+namespace {
+
+struct NamedShape {
+  const char* name;
+  Arch arch;
+  int n_layer, n_embd, n_head, n_head_kv, head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_vocab, n_ctx;
+  float rope_freq_base;
+};
+
+// n_ff_shexp is used by qwen2moe only.
+const NamedShape kShapes[] = {
+    {"tiny", Arch::qwen3moe, 4, 128, 4, 2, 32, 16, 4, 64, 64, 512, 512, 1e4f},
+    {"small", Arch::qwen3moe, 8, 256, 4, 2, 64, 64, 4, 128, 128, 8000, 512, 1e4f},
+    {"qwen3-30b-a3b", Arch::qwen3moe, 48, 2048, 32, 4, 128, 128, 8, 768, 768, 151936, 40960, 1e6f},
+    {"35b-a3b", Arch::qwen3moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f},
+    {"qwen3-0.6b", Arch::qwen3, 28, 1024, 16, 8, 128, 0, 0, 3072, 0, 151936, 40960, 1e6f},
+    {"mixtral-8x7b", Arch::llama, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 32768, 1e6f},
+    {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
+};
+
+bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
+
+}  // namespace
+
+std::vector<std::string> shape_names() {
+  std::vector<std::string> v;
+  for (const auto& s : kShapes) v.emplace_back(s.name);
+  return v;
+}
+
+std::optional<Arch> parse_arch(const std::string& name) {
+  if (name == "qwen3moe") return Arch::qwen3moe;
+  if (name == "qwen2moe") return Arch::qwen2moe;
+  if (name == "olmoe") return Arch::olmoe;
+  if (name == "llama" || name == "mixtral") return Arch::llama;
+  if (name == "qwen3") return Arch::qwen3;
+  return std::nullopt;
+}
+
+SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
+  const NamedShape* ns = nullptr;
+  for (const auto& s : kShapes) {
+    if (shape == s.name) ns = &s;
+  }
+  if (!ns) {
+    std::string names;
+    for (const auto& n : shape_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(strfmt("synth: unknown shape '%s' (known: %s)", shape.c_str(), names.c_str()));
+  }
+  SynthSpec s;
+  s.arch = arch.value_or(ns->arch);
+  s.n_layer = ns->n_layer;
+  s.n_embd = ns->n_embd;
+  s.n_head = ns->n_head;
+  s.n_head_kv = ns->n_head_kv;
+  s.head_dim = ns->head_dim;
+  s.n_expert = ns->n_expert;
+  s.n_expert_used = ns->n_expert_used;
+  s.n_ff_exp = ns->n_ff_exp;
+  s.n_ff_shexp = s.arch == Arch::qwen2moe ? ns->n_ff_shexp : 0;
+  s.n_vocab = ns->n_vocab;
+  s.n_ctx = ns->n_ctx;
+  s.rope_freq_base = ns->rope_freq_base;
+  s.name = std::string("synth-") + ns->name;
+
+  const bool dense_shape = ns->n_expert == 0;
+  if (s.arch == Arch::qwen3) {
+    // A dense model of a MoE shape gets the MoE's active FFN width.
+    if (!dense_shape) s.n_ff_exp = ns->n_ff_exp * ns->n_expert_used;
+    s.n_expert = 0;
+    s.n_expert_used = 0;
+  } else if (dense_shape && s.arch != Arch::llama) {
+    // A MoE architecture on a dense shape: 8 experts of a quarter of the width, 2 used.
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = std::max(32, ns->n_ff_exp / 4);
+    if (s.arch == Arch::qwen2moe) s.n_ff_shexp = s.n_ff_exp;
+  }
+  if (s.arch == Arch::qwen2moe && s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
+  if (needs_square_attention(s.arch) && s.n_head * s.head_dim != s.n_embd) {
+    s.head_dim = s.n_embd % 128 == 0 ? 128 : s.n_embd / s.n_head;
+    s.n_head = s.n_embd / s.head_dim;
+    s.n_head_kv = std::gcd(s.n_head, s.n_head_kv);
+  }
+  if (s.arch == Arch::olmoe) s.n_head_kv = s.n_head;
+  return s;
+}
+
+void validate(const SynthSpec& s) {
+  auto fail = [](const std::string& msg) { throw Error("synth: " + msg); };
+  const char* an = arch_name(s.arch);
+  const bool moe = s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0);
+  if (s.arch == Arch::qwen2) fail("architecture qwen2 is not generated (use qwen3 for a dense model)");
+  if (s.n_layer < 1 || s.n_layer > 1024) fail(strfmt("layers = %d must be in [1, 1024]", s.n_layer));
+  if (s.n_embd < 8 || s.n_embd % 2 != 0) fail(strfmt("embd = %d must be even and >= 8", s.n_embd));
+  if (s.n_head < 1 || s.n_head_kv < 1) fail(strfmt("heads = %d and kv-heads = %d must be >= 1", s.n_head, s.n_head_kv));
+  if (s.n_head % s.n_head_kv != 0) {
+    fail(strfmt("heads = %d is not a multiple of kv-heads = %d", s.n_head, s.n_head_kv));
+  }
+  if (s.head_dim < 2 || s.head_dim % 2 != 0) fail(strfmt("head-dim = %d must be even and >= 2", s.head_dim));
+  if (needs_square_attention(s.arch) && s.n_head * s.head_dim != s.n_embd) {
+    fail(strfmt("%s needs heads x head-dim = embd (llama.cpp sizes attn_q and attn_output by n_embd), "
+                "got %d x %d = %d != %d", an, s.n_head, s.head_dim, s.n_head * s.head_dim, s.n_embd));
+  }
+  if (s.arch == Arch::olmoe && s.n_head_kv != s.n_head) {
+    fail(strfmt("olmoe needs kv-heads = heads (its k norm spans n_embd), got %d and %d", s.n_head_kv, s.n_head));
+  }
+  if (moe) {
+    if (s.n_expert < 1) fail(strfmt("experts = %d must be >= 1 for %s", s.n_expert, an));
+    if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
+      fail(strfmt("used = %d must be in [1, experts = %d]", s.n_expert_used, s.n_expert));
+    }
+  }
+  if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
+  if (s.arch == Arch::qwen2moe && s.n_ff_shexp < 1) fail("qwen2moe needs a shared expert (ff-shared >= 1)");
+  if (s.arch != Arch::qwen2moe && s.n_ff_shexp != 0) {
+    fail(strfmt("ff-shared = %d: only qwen2moe has a shared expert", s.n_ff_shexp));
+  }
+  if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
+  if (s.n_ctx < 1) fail(strfmt("ctx = %d must be >= 1", s.n_ctx));
+  if (!(s.rope_freq_base > 1.0f)) fail("rope base must be > 1");
+  if (!(s.rms_eps >= 0.0f && s.rms_eps < 1.0f)) fail("eps must be in [0, 1)");
+  if (s.n_threads < 1) fail("threads must be >= 1");
+  (void)parse_quantize_plan(s.type);  // throws for an unknown type
+  if (!(s.update > 0.0f && s.update <= 4.0f)) fail(strfmt("update = %g must be in (0, 4]", s.update));
+  if (!(s.first_update >= 0.0f && s.first_update <= 10.0f)) {
+    fail(strfmt("first-update = %g must be in [0, 10]", s.first_update));
+  }
+  if (!(s.attn_share >= 0.0f && s.attn_share <= 1.0f)) fail(strfmt("attn-share = %g must be in [0, 1]", s.attn_share));
+  if (!(s.attn_window == 0.0f || (s.attn_window >= 1.0f && s.attn_window <= 1e5f))) {
+    fail(strfmt("attn-window = %g must be 0 (off) or in [1, 1e5]", s.attn_window));
+  }
+  if (!(s.skew >= 0.0f && s.skew <= 4.0f)) fail(strfmt("skew = %g must be in [0, 4]", s.skew));
+  if (!(s.context_focus >= 0.0f && s.context_focus <= 1.0f)) {
+    fail(strfmt("context-focus = %g must be in [0, 1]", s.context_focus));
+  }
+  if (!(s.router_scale > 0.0f && s.router_scale <= 100.0f)) {
+    fail(strfmt("router-scale = %g must be in (0, 100]", s.router_scale));
+  }
+}
+
+}  // namespace les::synth

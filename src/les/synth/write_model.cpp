@@ -1,0 +1,251 @@
+// Writing a synthetic model: metadata and tokenizer keys per architecture, then every tensor as a
+// streaming fill that generates its rows in parallel directly in the target type.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "les/convert/quantize_model.h"
+#include "les/gguf/gguf.h"
+#include "les/synth/design.h"
+#include "les/synth/random_fill.h"
+#include "les/synth/synth.h"
+#include "les/synth/vocab.h"
+#include "les/util/error.h"
+#include "les/util/thread_pool.h"
+
+namespace les::synth {
+
+namespace {
+
+// llama.cpp's llama_ftype for general.file_type.
+uint32_t file_type(const QuantizePlan& p) {
+  switch (p.base) {
+    case Type::F32: return 0;
+    case Type::F16: return 1;
+    case Type::Q4_0: return 2;
+    case Type::Q4_1: return 3;
+    case Type::Q8_0: return 7;
+    case Type::Q5_0: return 8;
+    case Type::Q5_1: return 9;
+    case Type::Q2_K: return 10;
+    case Type::Q3_K: return p.k_mix ? 12 : 11;
+    case Type::Q4_K: return p.k_mix ? 15 : 14;
+    case Type::Q5_K: return p.k_mix ? 17 : 16;
+    case Type::Q6_K: return 18;
+    case Type::BF16: return 32;
+    default: return 0;
+  }
+}
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+class Builder {
+ public:
+  Builder(const SynthSpec& s, bool with_data)
+      : s_(s), d_(make_design(s)), plan_(parse_quantize_plan(s.type)),
+        pool_(with_data ? std::make_shared<ThreadPool>(std::max(1, s.n_threads)) : nullptr) {}
+
+  gguf::Writer build() {
+    add_keys();
+    const int64_t E = s_.n_embd, V = s_.n_vocab;
+    matrix("token_embd.weight", {E, V}, d_.sigma_embd);
+    for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
+    std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
+    std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
+    vector("output_norm.weight", std::move(onorm));
+    matrix("output.weight", {E, V}, d_.sigma_output);
+    return std::move(w_);
+  }
+
+  uint64_t data_bytes() const { return data_bytes_; }
+
+ private:
+  void add_keys() {
+    const std::string p = std::string(arch_name(s_.arch)) + ".";
+    w_.add_string("general.architecture", arch_name(s_.arch));
+    w_.add_string("general.name", s_.name);
+    w_.add_u32("general.file_type", file_type(plan_));
+    w_.add_u32("general.quantization_version", 2);
+    w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer));
+    w_.add_u32(p + "context_length", static_cast<uint32_t>(s_.n_ctx));
+    w_.add_u32(p + "embedding_length", static_cast<uint32_t>(s_.n_embd));
+    w_.add_u32(p + "attention.head_count", static_cast<uint32_t>(s_.n_head));
+    w_.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
+    w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
+    w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
+    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(s_.head_dim));
+    w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
+    w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
+    if (d_.moe) {
+      w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
+      w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
+      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe) {
+        w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
+        w_.add_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
+      } else {
+        w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
+      }
+      if (s_.arch == Arch::qwen2moe) {
+        w_.add_u32(p + "expert_shared_feed_forward_length", static_cast<uint32_t>(s_.n_ff_shexp));
+      }
+    } else {
+      w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
+    }
+    add_synth_tokenizer(w_, s_.n_vocab);
+  }
+
+  void add_layer(int il) {
+    const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    const int64_t E = s_.n_embd, hd = s_.head_dim;
+    const int64_t nq = s_.n_head * hd, nkv = s_.n_head_kv * hd;
+    constant(b + "attn_norm.weight", E, 1.0f);
+    matrix(b + "attn_q.weight", {E, nq}, L.sigma_q);
+    matrix(b + "attn_k.weight", {E, nkv}, L.sigma_k);
+    matrix(b + "attn_v.weight", {E, nkv}, L.sigma_v);
+    if (d_.local_attention) {
+      std::vector<float> head(d_.head_bias);
+      for (float& x : head) x *= d_.bias_scale;
+      vector(b + "attn_q.bias", tile(head, s_.n_head));
+      vector(b + "attn_k.bias", tile(head, s_.n_head_kv));
+    }
+    matrix(b + "attn_output.weight", {nq, E}, L.sigma_o);
+    if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen3) {
+      constant(b + "attn_q_norm.weight", hd, d_.qk_norm_weight);
+      constant(b + "attn_k_norm.weight", hd, d_.qk_norm_weight);
+    } else if (s_.arch == Arch::olmoe) {
+      constant(b + "attn_q_norm.weight", nq, d_.qk_norm_weight);
+      constant(b + "attn_k_norm.weight", nkv, d_.qk_norm_weight);
+    }
+    constant(b + "ffn_norm.weight", E, 1.0f);
+    const int64_t F = s_.n_ff_exp;
+    if (d_.moe) {
+      const int64_t X = s_.n_expert;
+      router(b + "ffn_gate_inp.weight", L);
+      matrix(b + "ffn_gate_exps.weight", {E, F, X}, L.sigma_gate);
+      matrix(b + "ffn_up_exps.weight", {E, F, X}, L.sigma_up);
+      matrix(b + "ffn_down_exps.weight", {F, E, X}, L.sigma_down);
+      if (s_.arch == Arch::qwen2moe) {
+        const int64_t FS = s_.n_ff_shexp;
+        normal_vector(b + "ffn_gate_inp_shexp.weight", E, L.sigma_sh_inp);
+        matrix(b + "ffn_gate_shexp.weight", {E, FS}, L.sigma_sh_gate);
+        matrix(b + "ffn_up_shexp.weight", {E, FS}, L.sigma_sh_up);
+        matrix(b + "ffn_down_shexp.weight", {FS, E}, L.sigma_sh_down);
+      }
+    } else {
+      matrix(b + "ffn_gate.weight", {E, F}, L.sigma_gate);
+      matrix(b + "ffn_up.weight", {E, F}, L.sigma_up);
+      matrix(b + "ffn_down.weight", {F, E}, L.sigma_down);
+    }
+  }
+
+  static std::vector<float> tile(const std::vector<float>& v, int n) {
+    std::vector<float> out;
+    out.reserve(v.size() * static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  }
+
+  void count(const std::vector<int64_t>& ne, Type t) {
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
+    data_bytes_ += align_up(row_bytes(t, ne[0]) * static_cast<uint64_t>(n_rows), 32);
+  }
+
+  // A weight matrix (2-D or a 3-D expert stack) of i.i.d. values with element std sigma.
+  void matrix(const std::string& name, std::vector<int64_t> ne, float sigma) {
+    matrix(name, std::move(ne), SplitSigma{sigma, sigma});
+  }
+
+  // The same, writing into the hidden state: output rows (coordinates) r % ne[1] below
+  // n_ctx_dims have std sigma.ctx, the others sigma.tok.
+  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) {
+    const Type t = planned_type(plan_, name, ne, Type::F32, s_.n_layer);
+    count(ne, t);
+    const int64_t row_len = ne[0];
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
+    const int64_t n_out = ne.size() > 1 ? ne[1] : 1;
+    const int64_t split = d_.n_ctx_dims;
+    const uint64_t key = tensor_key(s_.seed, name);
+    auto pool = pool_;
+    w_.add_tensor(name, std::move(ne), t, gguf::Writer::FillFn([=](void* dst, uint64_t n_bytes) {
+      const size_t rb = row_bytes(t, row_len);
+      LES_ASSERT(n_bytes == rb * static_cast<uint64_t>(n_rows));
+      auto* out = static_cast<uint8_t*>(dst);
+      pool->parallel_for(n_rows, 64, [&](int, int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const float sg = r % n_out < split ? sigma.ctx : sigma.tok;
+          fill_random_row(t, sg, key, r, row_len, out + static_cast<size_t>(r) * rb);
+        }
+      });
+    }));
+  }
+
+  // The router [n_embd] x [n_expert], F32: element (e, j) has std gain[e] * (router.ctx for the
+  // context coordinates j, router.tok for the others).
+  void router(const std::string& name, const LayerDesign& L) {
+    const int64_t E = s_.n_embd, X = s_.n_expert;
+    count({E, X}, Type::F32);
+    const uint64_t key = tensor_key(s_.seed, name);
+    const std::vector<float> gain = L.router_gain;
+    const SplitSigma col = L.router;
+    const int64_t split = d_.n_ctx_dims;
+    w_.add_tensor(name, {E, X}, Type::F32, gguf::Writer::FillFn([=](void* dst, uint64_t n_bytes) {
+      LES_ASSERT(n_bytes == static_cast<uint64_t>(E * X) * sizeof(float));
+      auto* out = static_cast<float*>(dst);
+      for (int64_t e = 0; e < X; ++e) {
+        float* row = out + e * E;
+        fill_normal_row(gain[static_cast<size_t>(e)], key, e, E, row);
+        for (int64_t j = 0; j < E; ++j) row[j] *= j < split ? col.ctx : col.tok;
+      }
+    }));
+  }
+
+  void vector(const std::string& name, std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    count({n}, Type::F32);
+    auto data = std::make_shared<std::vector<float>>(std::move(v));
+    w_.add_tensor(name, {n}, Type::F32, gguf::Writer::FillFn([data](void* dst, uint64_t n_bytes) {
+      LES_ASSERT(n_bytes == data->size() * sizeof(float));
+      std::copy(data->begin(), data->end(), static_cast<float*>(dst));
+    }));
+  }
+
+  void constant(const std::string& name, int64_t n, float value) {
+    vector(name, std::vector<float>(static_cast<size_t>(n), value));
+  }
+
+  void normal_vector(const std::string& name, int64_t n, float sigma) {
+    std::vector<float> v(static_cast<size_t>(n));
+    fill_normal_row(sigma, tensor_key(s_.seed, name), 0, n, v.data());
+    vector(name, std::move(v));
+  }
+
+  const SynthSpec& s_;
+  Design d_;
+  QuantizePlan plan_;
+  std::shared_ptr<ThreadPool> pool_;
+  gguf::Writer w_;
+  uint64_t data_bytes_ = 0;
+};
+
+}  // namespace
+
+uint64_t synth_file_bytes(const SynthSpec& spec) {
+  validate(spec);
+  Builder b(spec, false);
+  const gguf::Writer w = b.build();
+  return w.header_bytes() + b.data_bytes();
+}
+
+void write_synth_model(const SynthSpec& spec, const std::string& path, const ProgressFn& progress) {
+  validate(spec);
+  Builder b(spec, true);
+  const gguf::Writer w = b.build();
+  w.write(path, progress);
+}
+
+}  // namespace les::synth
