@@ -46,6 +46,8 @@ int cmd_run(int argc, char** argv) {
           {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 2)", "M"},
           {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
           {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
+          {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
+                                      "les pack); a mismatch is an error naming the layer and expert"},
           {{"--stats"}, false, "print expert streaming statistics (per layer) at the end"},
           {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -97,6 +99,7 @@ int cmd_run(int argc, char** argv) {
     so.predict_extra = static_cast<int>(a.i64("--predict-extra", 2));
     so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
+    so.verify_reads = a.has("--verify-reads");
     if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("run: --queue-depth must be in [1, 1024]");
     if (so.predict_extra < 0) throw Error("run: --predict-extra must be >= 0");
     plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,

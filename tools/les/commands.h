@@ -9,5 +9,7 @@ int cmd_logits(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
+int cmd_pack(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
 
 }  // namespace les::cli

@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"inspect", les::cli::cmd_inspect, "show a GGUF model's architecture, tensors, types and sizes"},
     {"synth", les::cli::cmd_synth, "write a random-weight model of any supported shape"},
     {"quantize", les::cli::cmd_quantize, "convert a model's weights to another tensor type"},
+    {"pack", les::cli::cmd_pack, "repack experts as one 4 KiB-aligned extent each (one read per expert)"},
+    {"verify", les::cli::cmd_verify, "check a packed model's structure and every expert's checksum"},
 };
 
 void print_usage() {

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "les/gguf/gguf.h"
 #include "les/model/config.h"
 #include "les/model/weights.h"
+#include "les/pack/pack_format.h"
 #include "les/util/mapped_file.h"
 
 namespace les {
@@ -17,6 +19,8 @@ struct LoadOptions {
   // false (streaming): only the dense tensors are read, into memory the model owns (buffered
   // reads whose pages are then dropped from the page cache); routed experts stay on storage and
   // their stacks carry only file offsets (data == nullptr): an expert store provides the bytes.
+  // Both work for an original GGUF and for a packed one (les pack): a packed file's expert stacks
+  // have expert_stride = its row, and packed() describes its rows and checksums.
   bool map_experts = true;
 };
 
@@ -32,8 +36,10 @@ class Model {
   // Bytes of the tensors that are always resident vs the routed experts.
   uint64_t dense_bytes() const { return dense_bytes_; }
   uint64_t expert_bytes() const { return expert_bytes_; }
-  // Bytes of one routed expert (gate + up + down) of a layer.
+  // Bytes of one routed expert (gate + up + down) of a layer (padding of a packed row excluded).
   uint64_t expert_size(int layer) const;
+  // The pack metadata of a packed file (les pack), checked at load; nullptr for an original GGUF.
+  const pack::PackInfo* packed() const { return pack_ ? &*pack_ : nullptr; }
 
  private:
   Model() = default;
@@ -41,6 +47,7 @@ class Model {
   gguf::File gguf_;
   ModelConfig cfg_;
   ModelWeights w_;
+  std::optional<pack::PackInfo> pack_;
   MappedFile file_;                 // resident mode
   std::vector<uint8_t> dense_arena_; // streaming mode: dense tensors, 64-byte aligned each
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors

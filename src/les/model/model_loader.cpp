@@ -44,16 +44,20 @@ struct ModelLoader {
       }
       return nullptr;
     }
-    // Trailing dimensions of size 1 are equivalent.
-    std::vector<int64_t> a = t->ne, b = shape;
+    check_shape(name, t->ne, shape);
+    used.insert(name);
+    return t;
+  }
+
+  // Trailing dimensions of size 1 are equivalent.
+  void check_shape(const std::string& name, const std::vector<int64_t>& have, const std::vector<int64_t>& want) const {
+    std::vector<int64_t> a = have, b = want;
     while (a.size() > 1 && a.back() == 1) a.pop_back();
     while (b.size() > 1 && b.back() == 1) b.pop_back();
     if (a != b) {
       throw Error(strfmt("%s: tensor '%s' has shape %s, expected %s", m.path_.c_str(), name.c_str(),
-                         shape_str(t->ne).c_str(), shape_str(shape).c_str()));
+                         shape_str(have).c_str(), shape_str(want).c_str()));
     }
-    used.insert(name);
-    return t;
   }
 
   // Streaming mode: where each dense tensor was read into the arena.
@@ -77,7 +81,11 @@ struct ModelLoader {
     return Matrix{t->type, n_in, n_out, row_bytes(t->type, n_in), data_of(t)};
   }
 
-  ExpertStack experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert, Need need) {
+  // A routed-expert stack (part: pack::gate/up/down of layer il): the ffn_*_exps tensor `name` of
+  // an original GGUF, or that part of the rows of blk.il.ffn_experts_packed in a packed file.
+  ExpertStack experts(int il, int part, const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                      Need need) {
+    if (m.pack_) return packed_experts(il, part, name, n_in, n_out, n_expert);
     const gguf::TensorInfo* t = find(name, {n_in, n_out, n_expert}, need);
     if (!t) return {};
     if (!info(t->type).weight_type) {
@@ -91,9 +99,42 @@ struct ModelLoader {
     s.n_expert = n_expert;
     s.row_bytes = row_bytes(t->type, n_in);
     s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
+    s.expert_stride = s.expert_bytes;
     s.file_offset = m.gguf_.data_offset + t->offset;
     s.data = map_experts ? data_of(t) : nullptr;  // streaming: bytes come from an expert store
     m.expert_bytes_ += t->n_bytes;
+    return s;
+  }
+
+  // Packed file: the recorded name, type and shape of the part must be what the architecture
+  // table expects; the stack strides over the packed rows.
+  ExpertStack packed_experts(int il, int part, const std::string& name, int64_t n_in, int64_t n_out,
+                             int64_t n_expert) {
+    const pack::PackedLayer* pl = m.pack_->layer(il);
+    if (!pl) {
+      throw Error(strfmt("%s: packed model has no experts for layer %d (missing tensor '%s' holding '%s') for "
+                         "architecture %s", m.path_.c_str(), il, pack::packed_tensor_name(il).c_str(), name.c_str(),
+                         m.cfg_.arch_str.c_str()));
+    }
+    const pack::PackedPart& pp = pl->parts[part];
+    if (pp.tensor != name) {
+      throw Error(strfmt("%s: packed layer %d: %s part is '%s', expected '%s'", m.path_.c_str(), il,
+                         pack::part_name(part), pp.tensor.c_str(), name.c_str()));
+    }
+    check_shape(name + " (packed in " + pack::packed_tensor_name(il) + ")", pp.ne, {n_in, n_out, n_expert});
+    ExpertStack s;
+    s.type = pp.type;
+    s.n_in = n_in;
+    s.n_out = n_out;
+    s.n_expert = n_expert;
+    s.row_bytes = row_bytes(pp.type, n_in);
+    s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
+    LES_ASSERT(s.expert_bytes == pp.expert_bytes);  // read_pack_info computed it from the same shape
+    s.expert_stride = pl->stride;
+    s.file_offset = pl->file_offset + pp.offset;
+    s.data = map_experts ? base + s.file_offset : nullptr;
+    used.insert(pack::packed_tensor_name(il));
+    m.expert_bytes_ += s.expert_bytes * static_cast<uint64_t>(n_expert);
     return s;
   }
 
@@ -107,6 +148,7 @@ struct ModelLoader {
     s.n_expert = 1;
     s.row_bytes = row_bytes(t->type, n_in);
     s.expert_bytes = s.row_bytes * static_cast<size_t>(n_out);
+    s.expert_stride = s.expert_bytes;
     s.file_offset = m.gguf_.data_offset + t->offset;
     s.data = data_of(t);
     m.dense_bytes_ += t->n_bytes;
@@ -175,9 +217,9 @@ struct ModelLoader {
       L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
       if (c.moe) {
         L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
-        L.gate = experts(b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.up = experts(b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.down = experts(b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
+        L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+        L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+        L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
         if (c.n_ff_shexp > 0) {
           if (c.shared_expert_gate) {
             const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
@@ -208,7 +250,8 @@ struct ModelLoader {
 namespace {
 
 bool is_routed_expert_tensor(const std::string& name) {
-  return name.size() > 12 && name.compare(name.size() - 12, 12, "_exps.weight") == 0;
+  return (name.size() > 12 && name.compare(name.size() - 12, 12, "_exps.weight") == 0) ||
+         pack::is_packed_tensor_name(name);
 }
 
 // Reads every non-expert tensor into one arena (64-byte aligned slices), then drops the file's
@@ -255,6 +298,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->path_ = path;
   m->gguf_ = gguf::read_file(path);
   m->cfg_ = config_from_gguf(m->gguf_, path);
+  if (pack::is_packed(m->gguf_)) m->pack_ = pack::read_pack_info(m->gguf_, path);
   ModelLoader ld{*m, nullptr, opt.map_experts, {}, {}};
   if (opt.map_experts) {
     m->file_ = MappedFile::open(path);

@@ -23,7 +23,11 @@ struct Matrix {
   size_t bytes() const { return row_bytes * static_cast<size_t>(n_out); }
 };
 
-// A stack of per-expert matrices [n_expert][n_out][n_in] (ffn_*_exps), one contiguous tensor.
+// A stack of per-expert matrices [n_expert][n_out][n_in]. Expert e's matrix is expert_bytes
+// contiguous bytes starting expert_stride * e bytes after expert 0's:
+//  - original GGUF (ffn_*_exps tensors): one contiguous tensor, expert_stride == expert_bytes;
+//  - packed file (les pack): the experts' gate, up and down matrices interleaved in one
+//    blk.N.ffn_experts_packed tensor, expert_stride == the packed row (a multiple of 4 KiB).
 struct ExpertStack {
   Type type = Type::F32;
   int64_t n_in = 0;
@@ -31,11 +35,14 @@ struct ExpertStack {
   int64_t n_expert = 0;
   size_t row_bytes = 0;
   size_t expert_bytes = 0;   // bytes of one expert's matrix
-  uint64_t file_offset = 0;  // absolute offset of expert 0 in the source file
-  const uint8_t* data = nullptr;  // null when experts are not resident (streamed)
+  size_t expert_stride = 0;  // bytes from expert e's matrix to expert e+1's (>= expert_bytes)
+  uint64_t file_offset = 0;  // absolute offset of expert 0's matrix in the model file
+  const uint8_t* data = nullptr;  // expert 0's matrix; null when experts are not resident (streamed)
+  // Absolute file offset of expert e's matrix.
+  uint64_t expert_file_offset(int64_t e) const { return file_offset + static_cast<uint64_t>(e) * expert_stride; }
   // Expert e of a resident stack.
   Matrix expert(int64_t e) const {
-    return Matrix{type, n_in, n_out, row_bytes, data + static_cast<size_t>(e) * expert_bytes};
+    return Matrix{type, n_in, n_out, row_bytes, data + static_cast<size_t>(e) * expert_stride};
   }
   // The same matrix shape over bytes provided elsewhere (an expert cache slot).
   Matrix at(const uint8_t* bytes) const { return Matrix{type, n_in, n_out, row_bytes, bytes}; }

@@ -54,6 +54,10 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
       file_(open_model_file(model, opt)),
       layout_(model, file_->alignment()) {
   if (!cfg_.moe) throw Error("expert streaming needs a mixture-of-experts model");
+  if (opt.verify_reads && !layout_.has_checksums()) {
+    throw Error(strfmt("%s: verifying expert reads needs a packed model with expert checksums (les pack); this "
+                       "file has none", model.path().c_str()));
+  }
   const uint64_t sb = layout_.slot_bytes();
   const uint64_t n_slots = opt.cache_bytes / sb;
   const uint64_t min_slots = static_cast<uint64_t>(cfg_.n_expert_used);
@@ -176,9 +180,15 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
   tag_slot_.erase(it);
   Slot& s = slots_[static_cast<size_t>(si)];
   const int layer = cache::key_layer(s.key);
-  if (!c.ok()) {
-    // A failed read is retried (demand priority) a few times; then the error surfaces. The slot's
-    // bytes are never used unless a read completed without error.
+  std::string failure = c.error;
+  if (c.ok() && opt_.verify_reads && !layout_.verify(layer, cache::key_expert(s.key), s.data)) {
+    failure = strfmt("%s: checksum mismatch: the bytes read differ from those les pack recorded (xxh3-64)",
+                     file_->path().c_str());
+  }
+  if (!failure.empty()) {
+    // A failed (or, with verify_reads, corrupt) read is retried (demand priority) a few times;
+    // then the error surfaces. The slot's bytes are never used unless a read completed without
+    // error.
     if (s.retries < 2) {
       ++s.retries;
       submit_read(si, s.key, storage::IoPriority::demand);
@@ -190,7 +200,7 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
     s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
     free_slots_.push_back(si);
     throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(key), layer,
-                       c.error.c_str()));
+                       failure.c_str()));
   }
   s.state = SlotState::ready;
   s.retries = 0;

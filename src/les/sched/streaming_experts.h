@@ -41,6 +41,11 @@ struct StreamingOptions {
   int queue_depth = 8;
   int io_threads = 0;           // pread/naive worker threads (0: queue depth)
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
+  // Check every expert read against the checksum recorded by les pack (xxh3-64 of its bytes, on
+  // the calling thread as the read completes). A mismatch is retried like a failed read, then
+  // reported as an error naming the layer and expert; its bytes are never computed with. Needs
+  // a packed model (the constructor throws otherwise).
+  bool verify_reads = false;
   storage::IoOptions io{};      // fake-backend faults for tests (io_mode fake)
 };
 
