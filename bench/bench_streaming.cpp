@@ -41,7 +41,7 @@ struct Args {
   int reps = 3;
   storage::IoMode io = storage::IoMode::uring;
   std::string policy = cache::kDefaultPolicy;
-  int predict_extra = 2;
+  int predict_extra = 0;
   double prefetch_budget = 1.5;
   int queue_depth = 8;
   std::string json;
@@ -81,7 +81,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--prompt-file") a.prompt_file = val();
     else if (k == "-h" || k == "--help") {
       std::printf("usage: bench_streaming -m MODEL --mem SIZE [-n 32] [-p 16] [-t 2] [--reps 3] [--io uring|pread|naive]\n"
-                  "       [--policy lru] [--predict-extra 2] [--prefetch-budget 1.5] [--queue-depth 8] [--json FILE] [--prompt-file TEXT]\n");
+                  "       [--policy lru] [--predict-extra 0] [--prefetch-budget 1.5] [--queue-depth 8] [--json FILE] [--prompt-file TEXT]\n");
       std::exit(0);
     } else throw Error("unknown option " + k);
   }

@@ -43,7 +43,7 @@ int cmd_run(int argc, char** argv) {
           {{"--io"}, true, "expert reads with --mem: uring (default), pread, naive (buffered + copy)", "MODE"},
           {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
                                "each also as NAME+pred (default lrfu+pred)", "NAME"},
-          {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 2)", "M"},
+          {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 0)", "M"},
           {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
           {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
           {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
@@ -96,7 +96,7 @@ int cmd_run(int argc, char** argv) {
     so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
     so.io_mode = storage::parse_io_mode(a.str("--io", "uring"));
     so.policy = a.str("--policy", cache::kDefaultPolicy);
-    so.predict_extra = static_cast<int>(a.i64("--predict-extra", 2));
+    so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
     so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
     so.verify_reads = a.has("--verify-reads");

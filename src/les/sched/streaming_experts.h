@@ -34,7 +34,7 @@ Schedule parse_schedule(const std::string& s);  // throws les::Error listing the
 struct StreamingOptions {
   Schedule schedule = Schedule::lookahead;
   uint64_t cache_bytes = 0;     // bytes for expert slots (slots = cache_bytes / slot bytes)
-  int predict_extra = 2;        // m: prefetch the top k+m of the prediction
+  int predict_extra = 0;        // m: prefetch the top k+m (0 measured best: docs/benchmarks.md)
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
