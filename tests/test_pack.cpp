@@ -23,6 +23,7 @@
 #include "les/util/error.h"
 #include "les/util/hash.h"
 #include "les/util/mapped_file.h"
+#include "greedy_hashes.h"
 #include "test_util.h"
 
 using namespace les;
@@ -30,29 +31,10 @@ using les::test::tiny_moe_path;
 
 namespace {
 
-// Prompt in one batch, then greedy decode; the hash of every step's logits.
 std::vector<uint64_t> run_hashes(const Model& m, ExpertSource* src, const std::vector<int32_t>& prompt, int n_gen = 8) {
-  Context ctx(m, ContextParams{.n_ctx = 64, .n_threads = 1}, src);
-  const int nv = m.config().n_vocab;
-  std::vector<uint64_t> hashes;
-  ctx.eval(prompt, false);
-  for (int i = 0; i < n_gen; ++i) {
-    const float* lg = ctx.last_logits();
-    hashes.push_back(hash64(lg, sizeof(float) * static_cast<size_t>(nv)));
-    const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + nv) - lg);
-    ctx.eval(std::span<const int32_t>(&next, 1), false);
-  }
-  return hashes;
+  return les::test::greedy_hashes(m, src, prompt, n_gen);
 }
-
-StreamingOptions stream_opts(const Model& m, Schedule s, storage::IoMode io, int slots) {
-  StreamingOptions o;
-  o.schedule = s;
-  o.io_mode = io;
-  o.cache_bytes = StreamingExperts::slot_bytes_for(m, io) * static_cast<uint64_t>(slots);
-  o.queue_depth = 4;
-  return o;
-}
+using les::test::stream_opts;
 
 const std::vector<int32_t> kTinyPrompt = {785, 3974, 293, 4830, 282, 5131, 7784, 82};
 const std::vector<int32_t> kSynthPrompt = {11, 97, 203, 5, 88, 301, 42, 7};

@@ -9,6 +9,7 @@
 #include "les/sched/streaming_experts.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
+#include "greedy_hashes.h"
 #include "test_util.h"
 
 using namespace les;
@@ -18,28 +19,12 @@ namespace {
 
 const std::vector<int32_t> kPrompt = {785, 3974, 293, 4830, 282, 5131, 7784, 82};
 
-// Prompt in one batch, then greedy decode; returns the hash of every step's logits.
 std::vector<uint64_t> run_hashes(const Model& m, ExpertSource* src, int threads, int n_gen = 12) {
-  Context ctx(m, ContextParams{.n_ctx = 64, .n_threads = threads}, src);
-  const int nv = m.config().n_vocab;
-  std::vector<uint64_t> hashes;
-  ctx.eval(kPrompt, false);
-  for (int i = 0; i < n_gen; ++i) {
-    const float* lg = ctx.last_logits();
-    hashes.push_back(hash64(lg, sizeof(float) * static_cast<size_t>(nv)));
-    const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + nv) - lg);
-    ctx.eval(std::span<const int32_t>(&next, 1), false);
-  }
-  return hashes;
+  return les::test::greedy_hashes(m, src, kPrompt, n_gen, threads);
 }
 
 StreamingOptions opts(const Model& m, Schedule s, storage::IoMode io, int slots) {
-  StreamingOptions o;
-  o.schedule = s;
-  o.io_mode = io;
-  o.cache_bytes = StreamingExperts::slot_bytes_for(m, io) * static_cast<uint64_t>(slots);
-  o.queue_depth = 4;
-  return o;
+  return les::test::stream_opts(m, s, io, slots);
 }
 
 }  // namespace
