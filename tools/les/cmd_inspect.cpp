@@ -30,7 +30,7 @@ int cmd_inspect(int argc, char** argv) {
          {{{"--tensors"}, false, "list every tensor"}, {{"--kv"}, false, "list every metadata key"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (a.positional().size() != 1) throw Error("inspect: expected exactly one FILE argument");
+  if (a.positional().size() != 1) throw Error("expected exactly one FILE argument");
   const std::string path = a.positional()[0];
   auto m = Model::load(path, LoadOptions{.map_experts = true});
   const ModelConfig& c = m->config();

@@ -26,7 +26,7 @@ int cmd_logits(int argc, char** argv) {
   apply_isa_flag(a);
   const std::vector<int32_t> tokens = parse_token_list(a.required("--tokens"));
   const int top = static_cast<int>(a.i64("--top", 10));
-  if (top < 0) throw Error("logits: --top must be >= 0");
+  if (top < 0) throw Error("--top must be >= 0");
 
   auto model = Model::load(a.required("--model"));
   ContextParams cp;

@@ -16,7 +16,7 @@ int cmd_pack(int argc, char** argv) {
          {{{"--force"}, false, "overwrite OUT if it exists"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (a.positional().size() != 2) throw Error("pack: expected IN.gguf OUT.gguf");
+  if (a.positional().size() != 2) throw Error("expected IN.gguf OUT.gguf");
   const std::string& in = a.positional()[0];
   const std::string& out = a.positional()[1];
   Progress bar("pack", 1);

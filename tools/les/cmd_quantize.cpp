@@ -17,13 +17,13 @@ int cmd_quantize(int argc, char** argv) {
           {{"--force"}, false, "overwrite OUT if it exists"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (a.positional().size() != 3) throw Error("quantize: expected IN.gguf OUT.gguf TYPE");
+  if (a.positional().size() != 3) throw Error("expected IN.gguf OUT.gguf TYPE");
   const std::string& in = a.positional()[0];
   const std::string& out = a.positional()[1];
   QuantizePlan plan = parse_quantize_plan(a.positional()[2]);
   plan.n_threads = static_cast<int>(a.i64("--threads", 2));
   if (!a.has("--force") && access(out.c_str(), F_OK) == 0) {
-    throw Error(strfmt("quantize: %s exists (use --force to overwrite)", out.c_str()));
+    throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
   }
   Progress bar("quantize", 1);
   quantize_model(in, out, plan, [&](uint64_t done, uint64_t total) {

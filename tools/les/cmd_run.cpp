@@ -57,12 +57,12 @@ int cmd_run(int argc, char** argv) {
   std::string prompt = a.str("--prompt");
   if (a.has("--file")) {
     std::ifstream f(a.str("--file"), std::ios::binary);
-    if (!f) throw Error(strfmt("run: cannot read prompt file '%s'", a.str("--file").c_str()));
+    if (!f) throw Error(strfmt("cannot read prompt file '%s'", a.str("--file").c_str()));
     std::stringstream ss;
     ss << f.rdbuf();
     prompt = ss.str();
   }
-  if (!a.has("--prompt") && !a.has("--file")) throw Error("run: give a prompt with -p TEXT or -f FILE");
+  if (!a.has("--prompt") && !a.has("--file")) throw Error("give a prompt with -p TEXT or -f FILE");
 
   GenerateParams gp;
   gp.n_predict = static_cast<int>(a.i64("--n-predict", 128));
@@ -74,9 +74,9 @@ int cmd_run(int argc, char** argv) {
   gp.sampling.repeat_last_n = static_cast<int>(a.i64("--repeat-last-n", 64));
   gp.sampling.seed = static_cast<uint64_t>(a.i64("--seed", 42));
   gp.stop_at_eog = !a.has("--ignore-eos");
-  if (gp.sampling.top_p <= 0 || gp.sampling.top_p > 1) throw Error("run: --top-p must be in (0, 1]");
-  if (gp.sampling.min_p < 0 || gp.sampling.min_p > 1) throw Error("run: --min-p must be in [0, 1]");
-  if (gp.sampling.top_k < 0) throw Error("run: --top-k must be >= 0");
+  if (gp.sampling.top_p <= 0 || gp.sampling.top_p > 1) throw Error("--top-p must be in (0, 1]");
+  if (gp.sampling.min_p < 0 || gp.sampling.min_p > 1) throw Error("--min-p must be in [0, 1]");
+  if (gp.sampling.top_k < 0) throw Error("--top-k must be >= 0");
 
   const bool streaming = a.has("--mem");
   auto model = Model::load(a.required("--model"), LoadOptions{.map_experts = !streaming});
@@ -85,8 +85,8 @@ int cmd_run(int argc, char** argv) {
   cp.n_threads = static_cast<int>(a.i64("--threads", 2));
   cp.n_ctx = static_cast<int>(a.i64("--ctx-size", 0));
   cp.n_batch = static_cast<int>(a.i64("--batch-size", 256));
-  if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("run: --threads must be in [1, 256]");
-  if (cp.n_ctx < 0) throw Error("run: --ctx-size must be >= 0");
+  if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("--threads must be in [1, 256]");
+  if (cp.n_ctx < 0) throw Error("--ctx-size must be >= 0");
   if (cp.n_ctx == 0) cp.n_ctx = std::min(model->config().n_ctx_train, 4096);
 
   std::unique_ptr<StreamingExperts> experts;
@@ -100,15 +100,18 @@ int cmd_run(int argc, char** argv) {
     so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
     so.verify_reads = a.has("--verify-reads");
-    if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("run: --queue-depth must be in [1, 1024]");
-    if (so.predict_extra < 0) throw Error("run: --predict-extra must be >= 0");
+    if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
+    if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
     plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
                        StreamingExperts::slot_bytes_for(*model, so.io_mode));
     so.cache_bytes = plan.cache;
     experts = std::make_unique<StreamingExperts>(*model, so);
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
-  } else if (a.has("--schedule") || a.has("--io") || a.has("--stats") || a.has("--stats-json")) {
-    throw Error("run: --schedule, --io, --stats and --stats-json need --mem (expert streaming)");
+  } else {
+    for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
+                          "--stats", "--stats-json", "--verify-reads"}) {
+      if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
+    }
   }
   Context ctx(*model, cp, experts.get());
 

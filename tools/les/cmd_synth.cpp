@@ -74,7 +74,7 @@ int cmd_synth(int argc, char** argv) {
           {{"--gen-tokens"}, true, "measurement: greedy tokens after the prompt (default 96)", "N"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (!a.positional().empty()) throw Error(strfmt("synth: unexpected argument '%s'", a.positional()[0].c_str()));
+  if (!a.positional().empty()) throw Error(strfmt("unexpected argument '%s'", a.positional()[0].c_str()));
 
   synth::MeasureOptions mo;
   mo.n_prompt = static_cast<int>(a.i64("--prompt-tokens", mo.n_prompt));
@@ -90,7 +90,7 @@ int cmd_synth(int argc, char** argv) {
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));
-    if (!arch) throw Error(strfmt("synth: unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3)", a.str("--arch").c_str()));
+    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3)", a.str("--arch").c_str()));
   }
   synth::SynthSpec s = synth::shape_spec(a.str("--shape", "tiny"), arch);
   auto int_flag = [&](const char* name, int& field) { field = static_cast<int>(a.i64(name, field)); };
@@ -122,7 +122,7 @@ int cmd_synth(int argc, char** argv) {
 
   const std::string out = a.required("--output");
   if (!a.has("--force") && access(out.c_str(), F_OK) == 0) {
-    throw Error(strfmt("synth: %s exists (use --force to overwrite)", out.c_str()));
+    throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
   }
   const uint64_t bytes = synth::synth_file_bytes(s);
   std::fprintf(stderr, "synth: %s, %d layers, n_embd %d, %d/%d heads of %d, ", arch_name(s.arch), s.n_layer, s.n_embd,

@@ -17,7 +17,7 @@ int cmd_verify(int argc, char** argv) {
          {});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (a.positional().size() != 1) throw Error("verify: expected FILE");
+  if (a.positional().size() != 1) throw Error("expected FILE");
   const std::string& path = a.positional()[0];
   // Structure as les uses it: GGUF container, pack metadata, architecture table (every shape,
   // every tensor used). Maps the file; reads nothing else.
