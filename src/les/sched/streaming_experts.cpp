@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "les/model/matmul.h"
 #include "les/util/error.h"
@@ -72,6 +73,9 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   io.n_threads = opt.io_threads;
   io_ = storage::make_io_engine(opt.io_mode, file_, io);
   arena_ = storage::AlignedBuffer(static_cast<size_t>(n_slots * sb), storage::kDirectIoAlign);
+  // The cache is the budget's: take its pages now (first-touch faults would otherwise land on the
+  // first reads into each slot, inside the token loop).
+  std::memset(arena_.data(), 0, arena_.size());
   slots_.resize(static_cast<size_t>(n_slots));
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].data = arena_.data() + i * sb;
