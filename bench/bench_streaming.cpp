@@ -1,9 +1,18 @@
 // Expert streaming benchmark: fully resident vs ondemand vs lookahead on the same model, prompt
-// and budget, in one run, medians of repeats. Also measures the disk's bandwidth for this model's
-// expert reads and prints the ceiling max(t_io, t_compute) per token.
+// and budget, in one run, medians of repeats (the configurations take turns within each repeat,
+// so drifts of the machine hit all of them alike). Also measures the disk's bandwidth for this
+// model's expert reads and prints the ceiling max(t_io, t_compute) per token.
 //
 //   bench_streaming -m MODEL --mem SIZE [-n TOKENS] [-t THREADS] [--reps R] [--io uring|pread|naive]
 //                   [--policy lru] [--predict-extra M] [--prefetch-budget X] [--json FILE]
+//                   [--configs resident,ondemand,lookahead,lookahead/inflight=8M/extra=1]
+//
+// A configuration is a schedule name optionally followed by /key=value overrides of the shared
+// options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
+// qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
+// the two-layers-ahead guess on|off).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,8 +53,11 @@ struct Args {
   int predict_extra = 0;
   double prefetch_budget = 1.5;
   int queue_depth = 8;
+  uint64_t prefetch_inflight = 0;
   std::string json;
   std::string prompt_file;  // real text: the prompt is its first n_prompt tokens
+  std::string packed;       // the same model packed by les pack (configurations with /file=packed)
+  std::vector<std::string> configs{"resident", "ondemand", "lookahead"};
 };
 
 uint64_t parse_mem(const std::string& s) {
@@ -77,11 +89,19 @@ Args parse(int argc, char** argv) {
     else if (k == "--predict-extra") a.predict_extra = std::stoi(val());
     else if (k == "--prefetch-budget") a.prefetch_budget = std::stod(val());
     else if (k == "--queue-depth") a.queue_depth = std::stoi(val());
+    else if (k == "--prefetch-inflight") a.prefetch_inflight = parse_mem(val());
+    else if (k == "--configs") {
+      a.configs.clear();
+      std::stringstream ss(val());
+      for (std::string c; std::getline(ss, c, ',');) if (!c.empty()) a.configs.push_back(c);
+    }
+    else if (k == "--packed") a.packed = val();
     else if (k == "--json") a.json = val();
     else if (k == "--prompt-file") a.prompt_file = val();
     else if (k == "-h" || k == "--help") {
       std::printf("usage: bench_streaming -m MODEL --mem SIZE [-n 32] [-p 16] [-t 2] [--reps 3] [--io uring|pread|naive]\n"
-                  "       [--policy lru] [--predict-extra 0] [--prefetch-budget 1.5] [--queue-depth 8] [--json FILE] [--prompt-file TEXT]\n");
+                  "       [--policy lru] [--predict-extra 0] [--prefetch-budget 1.5] [--queue-depth 8] [--prefetch-inflight SIZE]\n"
+                  "       [--json FILE] [--prompt-file TEXT] [--packed PACKED.gguf] [--configs resident,ondemand,lookahead[/key=value...]]\n");
       std::exit(0);
     } else throw Error("unknown option " + k);
   }
@@ -96,7 +116,10 @@ struct Result {
   uint64_t tokens = 0;
   double io_busy_s = 0;
   uint64_t io_bytes = 0;
+  uint64_t io_reads = 0;    // read calls (syscalls or SQEs)
   double decode_s = 0;      // wall time of the decode phase
+  double main_cpu_s = 0;    // CPU time of the decoding thread (less than decode_s: it waited or was preempted)
+  long preempted = 0;       // involuntary context switches of the decoding thread
 };
 
 std::vector<int32_t> make_prompt(int n, int n_vocab) {
@@ -112,6 +135,8 @@ Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std:
   const int nv = m.config().n_vocab;
   ctx.eval(prompt, false);
   if (src) src->reset_stats();
+  rusage u0{};
+  getrusage(RUSAGE_THREAD, &u0);
   const double t0 = now_s();
   for (int i = 0; i < a.n_gen; ++i) {
     const float* lg = ctx.last_logits();
@@ -120,18 +145,16 @@ Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std:
   }
   Result r;
   r.decode_s = now_s() - t0;
+  rusage u1{};
+  getrusage(RUSAGE_THREAD, &u1);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  r.main_cpu_s = secs(u1.ru_utime) + secs(u1.ru_stime) - secs(u0.ru_utime) - secs(u0.ru_stime);
+  r.preempted = u1.ru_nivcsw - u0.ru_nivcsw;
   r.tps = a.n_gen / r.decode_s;
   r.hash = hash64(ctx.last_logits(), sizeof(float) * static_cast<size_t>(nv));
   return r;
 }
 
-template <class F>
-Result median_of(int reps, F f) {
-  std::vector<Result> rs;
-  for (int i = 0; i < reps; ++i) rs.push_back(f());
-  std::sort(rs.begin(), rs.end(), [](const Result& x, const Result& y) { return x.tps < y.tps; });
-  return rs[rs.size() / 2];
-}
 
 // Disk bandwidth for this model's expert reads: random experts, the same reads the cache issues,
 // queue depth qd, for ~1.5 s.
@@ -200,68 +223,150 @@ int main(int argc, char** argv) {
                 100.0 * static_cast<double>(plan.cache) / static_cast<double>(all_experts), a.threads, a.n_prompt,
                 a.n_gen, a.reps, storage::io_mode_name(a.io));
 
-    const Result res = median_of(a.reps, [&] { return run_once(*resident, nullptr, a, prompt); });
-    auto streamed_run = [&](Schedule s) {
-      return median_of(a.reps, [&] {
-        StreamingOptions o;
-        o.schedule = s;
-        o.io_mode = a.io;
-        o.cache_bytes = plan.cache;
-        o.policy = a.policy;
-        o.predict_extra = a.predict_extra;
-        o.prefetch_budget = a.prefetch_budget;
-        o.queue_depth = a.queue_depth;
-        StreamingExperts ex(*streamed, o);
-        Result r = run_once(*streamed, &ex, a, prompt);
+    // Configurations: name[/key=value...].
+    std::unique_ptr<Model> packed;
+    if (!a.packed.empty()) packed = Model::load(a.packed, LoadOptions{.map_experts = false});
+    struct Config {
+      std::string label;
+      bool resident = false;
+      const Model* model = nullptr;
+      StreamingOptions opt;
+    };
+    std::vector<Config> configs;
+    for (const std::string& spec : a.configs) {
+      Config cf;
+      cf.label = spec;
+      std::stringstream ss(spec);
+      std::string name;
+      std::getline(ss, name, '/');
+      StreamingOptions& o = cf.opt;
+      cf.model = streamed.get();
+      o.io_mode = a.io;
+      o.cache_bytes = plan.cache;
+      o.policy = a.policy;
+      o.predict_extra = a.predict_extra;
+      o.prefetch_budget = a.prefetch_budget;
+      o.queue_depth = a.queue_depth;
+      o.prefetch_inflight = a.prefetch_inflight;
+      if (name == "resident") cf.resident = true;
+      else o.schedule = parse_schedule(name);
+      for (std::string kv; std::getline(ss, kv, '/');) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos) throw Error("bad configuration override '" + kv + "' in " + spec);
+        const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+        if (k == "extra") o.predict_extra = std::stoi(v);
+        else if (k == "budget") o.prefetch_budget = std::stod(v);
+        else if (k == "inflight") o.prefetch_inflight = parse_mem(v);
+        else if (k == "qd") o.queue_depth = std::stoi(v);
+        else if (k == "policy") o.policy = v;
+        else if (k == "io") o.io_mode = storage::parse_io_mode(v);
+        else if (k == "file" && v == "packed") {
+          if (!packed) throw Error("configuration " + spec + " needs --packed FILE");
+          cf.model = packed.get();
+        }
+        else if (k == "refine") o.refine = v == "on";
+        else if (k == "cancel") o.refine_cancel = v == "on";
+        else if (k == "ahead2") o.measure_ahead2 = v == "on";
+        else throw Error("unknown configuration key '" + k + "' in " + spec);
+      }
+      // The same budget for every configuration: the cache gets what the budget leaves for this
+      // file's slots under this I/O mode.
+      o.cache_bytes = plan_budget(*cf.model, a.mem, a.n_prompt + a.n_gen + 8, 256,
+                                  StreamingExperts::slot_bytes_for(*cf.model, o.io_mode)).cache;
+      configs.push_back(cf);
+    }
+    std::vector<std::vector<Result>> runs(configs.size());
+    for (int rep = 0; rep < a.reps; ++rep) {
+      for (size_t ci = 0; ci < configs.size(); ++ci) {
+        const Config& cf = configs[ci];
+        if (cf.resident) {
+          runs[ci].push_back(run_once(*resident, nullptr, a, prompt));
+          continue;
+        }
+        StreamingExperts ex(*cf.model, cf.opt);
+        Result r = run_once(*cf.model, &ex, a, prompt);
         ex.on_token_done();
         r.total = ex.stats().total();
         r.tokens = ex.stats().tokens;
         r.io_busy_s = ex.stats().io.busy_us / 1e6;
         r.io_bytes = ex.stats().io.bytes;
-        return r;
-      });
-    };
-    const Result od = streamed_run(Schedule::ondemand);
-    const Result la = streamed_run(Schedule::lookahead);
+        r.io_reads = ex.stats().io.syscalls;
+        runs[ci].push_back(r);
+      }
+    }
+    std::vector<Result> med;
+    for (auto& rs : runs) {
+      std::sort(rs.begin(), rs.end(), [](const Result& x, const Result& y) { return x.tps < y.tps; });
+      med.push_back(rs[rs.size() / 2]);
+    }
     const double disk = measure_disk_mbs(*streamed, a);
 
+    auto find = [&](const char* label) -> const Result* {
+      for (size_t i = 0; i < configs.size(); ++i) if (configs[i].label == label) return &med[i];
+      return nullptr;
+    };
+    const Result* res = find("resident");
+    const Result* odp = find("ondemand");
+    if (!odp) throw Error("--configs must include ondemand (the reference for ratios and the ceiling)");
+    const Result& od = *odp;
     // Compute time per token: the resident run's, or the ondemand run's time not spent waiting for
     // reads, whichever is smaller (a model larger than the page cache makes the resident run
     // page-fault bound).
     const double od_compute = (od.decode_s - od.total.stall_s) / a.n_gen;
-    const double t_compute = std::min(1.0 / res.tps, od_compute);
+    const double t_compute = res ? std::min(1.0 / res->tps, od_compute) : od_compute;
     const double must_read_mb = static_cast<double>(od.total.bytes_demand) / 1e6 / static_cast<double>(od.tokens);
     const double t_io = must_read_mb / disk;
     const double ceiling = 1.0 / std::max(t_io, t_compute);
-    auto line = [&](const char* name, const Result& r) {
+    auto line = [&](const std::string& name, const Result& r) {
       const LayerStreamStats& t = r.total;
       const double tok = r.tokens ? static_cast<double>(r.tokens) : 1.0;
-      std::printf("%-10s %8.2f tok/s  x%.2f vs ondemand  %5.1f%% of ceiling  hit %5.1f%%  prepared %5.1f%%  recall@k %.3f  "
-                  "MB/tok demand %.2f prefetch %.2f wasted %.2f  hash %s\n",
-                  name, r.tps, r.tps / od.tps, 100.0 * r.tps / ceiling,
+      std::printf("%-34s %7.2f tok/s  x%.2f vs ondemand  %5.1f%% of ceiling  hit %5.1f%%  prepared %5.1f%%  recall@k %.3f refined %.3f ahead2 %.3f  "
+                  "MB/tok demand %.2f prefetch %.2f wasted %.2f  ms/tok stall %.1f compute %.1f  hash %s\n",
+                  name.c_str(), r.tps, r.tps / od.tps, 100.0 * r.tps / ceiling,
                   t.selected ? 100.0 * t.hits / t.selected : 100.0,
                   t.selected ? 100.0 * (t.hits + t.in_flight) / t.selected : 100.0,
                   t.selected ? static_cast<double>(t.raw_pred_hits_k) / t.selected : 0.0,
+                  t.selected ? static_cast<double>(t.raw_refined_hits_k) / t.selected : 0.0,
+                  t.ahead2_selected ? static_cast<double>(t.raw_ahead2_hits_k) / t.ahead2_selected : 0.0,
                   t.bytes_demand / 1e6 / tok, t.bytes_prefetch / 1e6 / tok, t.bytes_wasted / 1e6 / tok,
-                  hex64(r.hash).c_str());
+                  1e3 * t.stall_s / tok, 1e3 * t.compute_s / tok, hex64(r.hash).c_str());
     };
     std::printf("\ndisk: %.0f MB/s for this model's expert reads (queue depth %d)\n", disk, a.queue_depth);
-    std::printf("ceiling: max(t_io %.2f ms = %.2f MB/tok must-read / disk, t_compute %.2f ms (resident %.2f, "
+    std::printf("ceiling: max(t_io %.2f ms = %.2f MB/tok must-read / disk, t_compute %.2f ms (resident %s, "
                 "ondemand minus stalls %.2f)) -> %.2f tok/s\n\n",
-                1e3 * t_io, must_read_mb, 1e3 * t_compute, 1e3 / res.tps, 1e3 * od_compute, ceiling);
-    line("resident", res);
-    line("ondemand", od);
-    line("lookahead", la);
-    const bool same = res.hash == od.hash && od.hash == la.hash;
-    std::printf("\nlogits identical across resident/ondemand/lookahead: %s\n", same ? "yes" : "NO");
+                1e3 * t_io, must_read_mb, 1e3 * t_compute, res ? strfmt("%.2f", 1e3 / res->tps).c_str() : "not run",
+                1e3 * od_compute, ceiling);
+    bool same = true;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      line(configs[i].label, med[i]);
+      same = same && med[i].hash == od.hash;
+    }
+    std::printf("\nI/O per configuration (decode phase):\n");
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const Result& r = med[i];
+      if (configs[i].resident || !r.tokens) continue;
+      const double tok = static_cast<double>(r.tokens);
+      std::printf("%-34s %s %-5s %-8s read calls/token %7.1f  MB/token %7.2f  MB/s while busy %6.0f  busy %4.1f%% of decode"
+                  "  decoding thread CPU %.1f ms/token, preempted %.1f/token\n",
+                  configs[i].label.c_str(), configs[i].model == packed.get() ? "packed  " : "original",
+                  storage::io_mode_name(configs[i].opt.io_mode), schedule_name(configs[i].opt.schedule),
+                  static_cast<double>(r.io_reads) / tok, static_cast<double>(r.io_bytes) / 1e6 / tok,
+                  r.io_busy_s > 0 ? static_cast<double>(r.io_bytes) / 1e6 / r.io_busy_s : 0.0,
+                  r.decode_s > 0 ? 100.0 * r.io_busy_s / r.decode_s : 0.0, 1e3 * r.main_cpu_s / tok,
+                  static_cast<double>(r.preempted) / tok);
+    }
+    std::printf("\nlogits identical across all configurations: %s\n", same ? "yes" : "NO");
     if (!a.json.empty()) {
       FILE* f = std::fopen(a.json.c_str(), "w");
       if (f) {
         std::fprintf(f, "{\"model\": \"%s\", \"mem\": %llu, \"threads\": %d, \"disk_mb_s\": %.1f, \"t_io_ms\": %.3f, "
-                        "\"t_compute_ms\": %.3f, \"ceiling_tok_s\": %.3f, \"resident_tok_s\": %.3f, "
-                        "\"ondemand_tok_s\": %.3f, \"lookahead_tok_s\": %.3f, \"identical\": %s}\n",
+                        "\"t_compute_ms\": %.3f, \"ceiling_tok_s\": %.3f, \"configs\": {",
                      a.model.c_str(), static_cast<unsigned long long>(a.mem), a.threads, disk, 1e3 * t_io,
-                     1e3 * t_compute, ceiling, res.tps, od.tps, la.tps, same ? "true" : "false");
+                     1e3 * t_compute, ceiling);
+        for (size_t i = 0; i < configs.size(); ++i) {
+          std::fprintf(f, "%s\"%s\": %.3f", i ? ", " : "", configs[i].label.c_str(), med[i].tps);
+        }
+        std::fprintf(f, "}, \"identical\": %s}\n", same ? "true" : "false");
         std::fclose(f);
       }
     }

@@ -258,8 +258,9 @@ struct GatedFake {
   std::unique_ptr<IoEngine> eng;
   std::vector<std::vector<uint8_t>> dst = std::vector<std::vector<uint8_t>>(64, std::vector<uint8_t>(1024));
 
-  explicit GatedFake(int qd = 1) {
+  explicit GatedFake(int qd = 1, uint64_t prefetch_bytes = 0) {
     IoOptions o{qd, 0};
+    o.prefetch_bytes = prefetch_bytes;
     o.fake.log = log;
     o.fake.gate = gate;
     eng = make_io_engine(IoMode::fake, make_memory_file(bytes, "gated"), o);
@@ -355,6 +356,37 @@ TEST(StorageIoQueue, DemandOvertakesRestOfStartedPrefetch) {
   EXPECT_EQ(log[1].tag, 10u);
   EXPECT_EQ(log[2].tag, 1u);
   EXPECT_EQ(log[3].tag, 1u);
+}
+
+// prefetch_bytes bounds the prefetch bytes in the device (one prefetch op may always run), so a
+// demand read finds free queue slots and waits behind at most that many prefetch bytes.
+TEST(StorageIoQueue, PrefetchBytesInFlightAreBounded) {
+  GatedFake g(/*qd=*/8, /*prefetch_bytes=*/2048);  // two 1 KiB prefetch ops at a time
+  for (uint64_t t = 1; t <= 6; ++t) g.submit(t, IoPriority::prefetch);
+  wait_started(*g.log, 2);
+  std::this_thread::sleep_for(20ms);  // a third prefetch op would have started by now
+  EXPECT_EQ(g.log->started().size(), 2u);
+  g.submit(10, IoPriority::demand);   // not held back by the prefetch limit
+  g.submit(11, IoPriority::demand);
+  wait_started(*g.log, 4);
+  EXPECT_EQ(started_tags(*g.log), (std::vector<uint64_t>{1, 2, 10, 11}));
+  g.gate->open();
+  const auto done = drain(*g.eng, 8);
+  for (const auto& c : done) {
+    ASSERT_TRUE(c.ok()) << c.error;
+    EXPECT_EQ(std::memcmp(g.dst[c.tag].data(), g.bytes.data() + c.tag * 1024, 1024), 0);
+  }
+  EXPECT_EQ(g.log->started().size(), 8u);
+  // An op larger than the limit still runs when no other prefetch is in flight.
+  GatedFake big(/*qd=*/4, /*prefetch_bytes=*/512);
+  big.submit(1, IoPriority::prefetch);
+  big.submit(2, IoPriority::prefetch);
+  wait_started(*big.log, 1);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(big.log->started().size(), 1u);
+  big.gate->open();
+  drain(*big.eng, 2);
+  EXPECT_EQ(started_tags(*big.log), (std::vector<uint64_t>{1, 2}));
 }
 
 // ---------------------------------------------------------------------------------------------

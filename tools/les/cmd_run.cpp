@@ -44,8 +44,12 @@ int cmd_run(int argc, char** argv) {
           {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
                                "each also as NAME+pred (default lrfu+pred)", "NAME"},
           {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 0)", "M"},
+          {{"--no-refine"}, false, "lookahead: do not re-predict the next layer's experts from this layer's output", ""},
+          {{"--no-refine-cancel"}, false, "lookahead: keep unstarted prefetches the refined prediction drops", ""},
+          {{"--measure-ahead2"}, false, "lookahead: also measure a two-layers-ahead prediction (statistics only)", ""},
           {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
           {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
+          {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
           {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                       "les pack); a mismatch is an error naming the layer and expert"},
           {{"--stats"}, false, "print expert streaming statistics (per layer) at the end"},
@@ -99,7 +103,11 @@ int cmd_run(int argc, char** argv) {
     so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
     so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
+    if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
     so.verify_reads = a.has("--verify-reads");
+    so.refine = !a.has("--no-refine");
+    so.refine_cancel = !a.has("--no-refine-cancel");
+    so.measure_ahead2 = a.has("--measure-ahead2");
     if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
     if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
     plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
@@ -109,7 +117,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
-                          "--stats", "--stats-json", "--verify-reads"}) {
+                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2", "--stats", "--stats-json", "--verify-reads"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }

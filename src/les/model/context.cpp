@@ -99,6 +99,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   for (int il = 0; il < cfg_.n_layer; ++il) {
     attention(il, n, pos0);
     ffn(il, n);
+    experts_->on_layer_output(il, h_.data(), n);
     if (observer_) observer_(il, "l_out", h_.data(), n, E);
   }
   n_past_ += n;

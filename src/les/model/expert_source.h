@@ -23,6 +23,10 @@ class ExpertSource {
   // before the layer's experts are requested (a predictor may use it to prefetch).
   virtual void on_router_input(int /*layer*/, const float* /*x_norm*/, int64_t /*n_tok*/) {}
 
+  // The output of layer `layer` (the residual stream after its MoE), [n_tok][n_embd]: the next
+  // layer's input. A predictor may refine its guess of layer+1's experts with it.
+  virtual void on_layer_output(int /*layer*/, const float* /*h*/, int64_t /*n_tok*/) {}
+
   // Makes the experts ids[0..n) of `layer` available and calls run(i, view) once for each i, on
   // the calling thread, in the order they become available. Views stay valid during run().
   virtual void with_experts(int layer, std::span<const int32_t> ids,

@@ -11,7 +11,7 @@ namespace {
 double ratio(uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0; }
 
 struct Derived {
-  double hit, prepared, recall, recall_k, recall_km, precision;
+  double hit, prepared, recall, recall_k, recall_km, recall_refined, recall_ahead2, precision;
   double mb_demand, mb_prefetch, mb_wasted;  // per token
 };
 
@@ -22,6 +22,8 @@ Derived derive(const LayerStreamStats& l, uint64_t tokens) {
   d.recall = ratio(l.predicted, l.selected);
   d.recall_k = ratio(l.raw_pred_hits_k, l.selected);
   d.recall_km = ratio(l.raw_pred_hits_km, l.selected);
+  d.recall_refined = ratio(l.raw_refined_hits_k, l.selected);
+  d.recall_ahead2 = ratio(l.raw_ahead2_hits_k, l.ahead2_selected);
   d.precision = ratio(l.prefetch_used, l.prefetch_issued - std::min(l.prefetch_issued, l.prefetch_cancelled));
   const double t = tokens ? static_cast<double>(tokens) : 1.0;
   d.mb_demand = static_cast<double>(l.bytes_demand) / 1e6 / t;
@@ -36,15 +38,19 @@ std::string format_stream_table(const StreamStats& st, const RunSummary& run) {
   std::string s;
   s += strfmt("expert cache: %d slots of %.2f MiB | tokens %llu\n", st.n_slots, st.slot_bytes / 1048576.0,
               static_cast<unsigned long long>(st.tokens));
-  s += "layer  hit%  prep%  pred-recall  raw@k  raw@k+m  pf-prec  MB/tok dem  pf  wasted  stall-ms  compute-ms\n";
+  s += "layer  hit%  prep%  pred-recall  raw@k  raw@k+m  refined@k  pf-prec  MB/tok dem  pf  wasted  stall-ms  compute-ms\n";
   auto row = [&](const std::string& name, const LayerStreamStats& l) {
     const Derived d = derive(l, st.tokens);
-    s += strfmt("%-5s %5.1f  %5.1f  %11.3f  %5.3f  %7.3f  %7.3f  %10.2f %5.2f %7.2f  %8.1f  %10.1f\n", name.c_str(),
-                100 * d.hit, 100 * d.prepared, d.recall, d.recall_k, d.recall_km, d.precision, d.mb_demand,
+    s += strfmt("%-5s %5.1f  %5.1f  %11.3f  %5.3f  %7.3f  %9.3f  %7.3f  %10.2f %5.2f %7.2f  %8.1f  %10.1f\n", name.c_str(),
+                100 * d.hit, 100 * d.prepared, d.recall, d.recall_k, d.recall_km, d.recall_refined, d.precision, d.mb_demand,
                 d.mb_prefetch, d.mb_wasted, 1e3 * l.stall_s, 1e3 * l.compute_s);
   };
   for (size_t i = 0; i < st.layers.size(); ++i) row(std::to_string(i), st.layers[i]);
   row("all", st.total());
+  const LayerStreamStats t = st.total();
+  if (t.ahead2_selected) {
+    s += strfmt("two layers ahead (measured, not used): raw recall@k %.3f\n", ratio(t.raw_ahead2_hits_k, t.ahead2_selected));
+  }
   const double io_mbs = st.io.busy_us ? static_cast<double>(st.io.bytes) / static_cast<double>(st.io.busy_us) : 0.0;
   s += strfmt("I/O: %llu reads, %.1f MB, %.0f MB/s while busy, max %u in flight, %llu retries, %llu errors\n",
               static_cast<unsigned long long>(st.io.syscalls), static_cast<double>(st.io.bytes) / 1e6, io_mbs,
@@ -62,12 +68,14 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
     const Derived d = derive(l, st.tokens);
     return strfmt("{\"selected\": %llu, \"hits\": %llu, \"in_flight\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
                   "\"prepared\": %.4f, \"predictor_recall\": %.4f, \"raw_recall_k\": %.4f, \"raw_recall_km\": %.4f, "
+                  "\"raw_recall_refined_k\": %.4f, \"raw_recall_ahead2_k\": %.4f, "
                   "\"prefetch_issued\": %llu, \"prefetch_used\": %llu, \"prefetch_cancelled\": %llu, "
                   "\"prefetch_precision\": %.4f, \"bytes_demand\": %llu, \"bytes_prefetch\": %llu, "
                   "\"bytes_wasted\": %llu, \"mb_per_token_demand\": %.4f, \"mb_per_token_prefetch\": %.4f, "
                   "\"mb_per_token_wasted\": %.4f, \"stall_s\": %.6f, \"compute_s\": %.6f}",
                   (unsigned long long)l.selected, (unsigned long long)l.hits, (unsigned long long)l.in_flight,
-                  (unsigned long long)l.misses, d.hit, d.prepared, d.recall, d.recall_k, d.recall_km,
+                  (unsigned long long)l.misses, d.hit, d.prepared, d.recall, d.recall_k, d.recall_km, d.recall_refined,
+                  d.recall_ahead2,
                   (unsigned long long)l.prefetch_issued, (unsigned long long)l.prefetch_used,
                   (unsigned long long)l.prefetch_cancelled, d.precision, (unsigned long long)l.bytes_demand,
                   (unsigned long long)l.bytes_prefetch, (unsigned long long)l.bytes_wasted, d.mb_demand,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "les/model/matmul.h"
+#include "les/model/ops.h"
 #include "les/util/error.h"
 
 namespace les {
@@ -24,6 +25,12 @@ std::shared_ptr<storage::ReadFile> open_model_file(const Model& model, const Str
 
 }  // namespace
 
+void StreamingExperts::reset_slot(Slot& s) {
+  uint8_t* data = s.data;
+  s = Slot{};
+  s.data = data;
+}
+
 const char* schedule_name(Schedule s) { return s == Schedule::ondemand ? "ondemand" : "lookahead"; }
 
 Schedule parse_schedule(const std::string& s) {
@@ -40,6 +47,8 @@ LayerStreamStats StreamStats::total() const {
     t.prefetch_cancelled += l.prefetch_cancelled; t.bytes_demand += l.bytes_demand;
     t.bytes_prefetch += l.bytes_prefetch; t.bytes_wasted += l.bytes_wasted; t.stall_s += l.stall_s;
     t.compute_s += l.compute_s; t.raw_pred_hits_k += l.raw_pred_hits_k; t.raw_pred_hits_km += l.raw_pred_hits_km;
+    t.raw_refined_hits_k += l.raw_refined_hits_k; t.raw_ahead2_hits_k += l.raw_ahead2_hits_k;
+    t.ahead2_selected += l.ahead2_selected;
   }
   return t;
 }
@@ -71,6 +80,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   storage::IoOptions io = opt.io;
   io.queue_depth = opt.queue_depth;
   io.n_threads = opt.io_threads;
+  io.prefetch_bytes = opt.prefetch_inflight > 0 ? opt.prefetch_inflight : 2 * sb;
   io_ = storage::make_io_engine(opt.io_mode, file_, io);
   arena_ = storage::AlignedBuffer(static_cast<size_t>(n_slots * sb), storage::kDirectIoAlign);
   // The cache is the budget's: take its pages now (first-touch faults would otherwise land on the
@@ -91,7 +101,12 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
   prefetch_budget_bytes_ = static_cast<uint64_t>(opt.prefetch_budget * static_cast<double>(per_token));
   pred_.resize(static_cast<size_t>(cfg_.n_layer));
-  for (auto& p : pred_) p.rank.assign(static_cast<size_t>(cfg_.n_expert), 0);
+  for (auto& p : pred_) {
+    p.rank.assign(static_cast<size_t>(cfg_.n_expert), 0);
+    p.refined.assign(static_cast<size_t>(cfg_.n_expert), 0);
+  }
+  ahead2_.assign(static_cast<size_t>(cfg_.n_layer), std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
+  ahead2_valid_.assign(static_cast<size_t>(cfg_.n_layer), 0);
   stats_.layers.resize(static_cast<size_t>(cfg_.n_layer));
   stats_.n_slots = static_cast<int>(slots_.size());
   stats_.slot_bytes = sb;
@@ -120,11 +135,11 @@ void StreamingExperts::evict(int si) {
   Slot& s = slots_[static_cast<size_t>(si)];
   LES_ASSERT(s.state == SlotState::ready && s.pins == 0);
   policy_->on_evict(s.key);
-  if (s.prefetched) {
+  if (s.prefetched && !s.waste_counted) {
     stats_.layers[static_cast<size_t>(cache::key_layer(s.key))].bytes_wasted += layout_.expert_bytes(cache::key_layer(s.key));
   }
   key_slot_[index(s.key)] = -1;
-  s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
+  reset_slot(s);
 }
 
 int StreamingExperts::acquire_slot(bool demand) {
@@ -201,7 +216,7 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
     const cache::ExpertKey key = s.key;
     key_slot_[index(key)] = -1;
     policy_->on_evict(key);
-    s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
+    reset_slot(s);
     free_slots_.push_back(si);
     throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(key), layer,
                        failure.c_str()));
@@ -223,7 +238,86 @@ void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n
   drain(false, 0);
   if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
     predict_next(layer, x_norm, n_tok);
+    // Two layers ahead: measured (statistics) only; see docs/benchmarks.md for why it is not used.
+    if (layer + 2 < cfg_.n_layer && opt_.measure_ahead2) {
+      std::vector<int> order;
+      router_topk(layer + 2, x_norm, n_tok, cfg_.n_expert_used, ahead2_[static_cast<size_t>(layer + 2)], order);
+      ahead2_valid_[static_cast<size_t>(layer + 2)] = 1;
+    }
   }
+}
+
+void StreamingExperts::router_topk(int layer, const float* x, int64_t n_tok, int k, std::vector<uint8_t>& flags,
+                                   std::vector<int>& order) {
+  const int E = cfg_.n_expert;
+  const Matrix& router = model_.weights().layers[static_cast<size_t>(layer)].router;
+  pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
+  matmul(router, x, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
+  flags.assign(static_cast<size_t>(E), 0);
+  std::vector<float> best(static_cast<size_t>(E), -INFINITY);
+  std::vector<int> idx(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const float* lg = pred_logits_.data() + static_cast<size_t>(t) * static_cast<size_t>(E);
+    for (int e = 0; e < E; ++e) idx[static_cast<size_t>(e)] = e;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+    for (int r = 0; r < k; ++r) {
+      const size_t e = static_cast<size_t>(idx[static_cast<size_t>(r)]);
+      flags[e] = 1;
+      best[e] = std::max(best[e], lg[e]);
+    }
+  }
+  order.clear();
+  for (int e = 0; e < E; ++e) if (flags[static_cast<size_t>(e)]) order.push_back(e);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)]; });
+}
+
+void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok) {
+  const int next = layer + 1;
+  if (opt_.schedule != Schedule::lookahead || !opt_.refine || next >= cfg_.n_layer || n_tok > 8) return;
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(next)];
+  if (!L.router.present() || L.ffn_norm.data == nullptr) return;
+  drain(false, 0);
+  const int64_t E = cfg_.n_embd;
+  refine_x_.resize(static_cast<size_t>(n_tok * E));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    ops::rms_norm(h + t * E, L.ffn_norm.data, refine_x_.data() + t * E, E, cfg_.rms_eps);
+  }
+  Prediction& pd = pred_[static_cast<size_t>(next)];
+  std::vector<int> order;
+  router_topk(next, refine_x_.data(), n_tok, cfg_.n_expert_used, pd.refined, order);
+  pd.has_refined = true;
+  if (!pd.valid) {
+    pd.valid = true;
+    pd.issued = true;
+    pd.keys.clear();
+    std::fill(pd.rank.begin(), pd.rank.end(), 0);
+  }
+  LayerStreamStats& ls = stats_.layers[static_cast<size_t>(next)];
+  if (opt_.refine_cancel) {
+    for (cache::ExpertKey key : pd.keys) {
+      if (pd.refined[static_cast<size_t>(cache::key_expert(key))]) continue;
+      const int si = slot_of(key);
+      if (si >= 0 && cancel_prefetch(si)) ++ls.prefetch_cancelled;
+    }
+  }
+  for (int e : order) {
+    if (pd.rank[static_cast<size_t>(e)] != 0) continue;  // the early guess has it already
+    const cache::ExpertKey key = cache::make_key(next, e);
+    pd.keys.push_back(key);
+    if (!prefetch_one(key, next)) break;
+  }
+}
+
+bool StreamingExperts::cancel_prefetch(int si) {
+  Slot& s = slots_[static_cast<size_t>(si)];
+  if (s.state != SlotState::loading || !s.prefetched || s.pins > 0 || !io_->cancel(s.tag)) return false;
+  tag_slot_.erase(s.tag);
+  policy_->on_evict(s.key);
+  key_slot_[index(s.key)] = -1;
+  reset_slot(s);
+  free_slots_.push_back(si);
+  return true;
 }
 
 void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_tok) {
@@ -232,9 +326,7 @@ void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_to
   const int KM = std::min(E, K + std::max(0, opt_.predict_extra));
   const Matrix& router = model_.weights().layers[static_cast<size_t>(next)].router;
   pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
-  static thread_local ThreadPool single(1);
-  static thread_local QuantizedActs acts;
-  matmul(router, x_norm, n_tok, cfg_.n_embd, pred_logits_.data(), E, single, acts);
+  matmul(router, x_norm, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
 
   Prediction& pd = pred_[static_cast<size_t>(next)];
   std::vector<uint8_t>& pred_rank_ = pd.rank;
@@ -271,26 +363,31 @@ void StreamingExperts::issue_prefetch(int layer) {
   Prediction& pd = pred_[static_cast<size_t>(layer)];
   if (!pd.valid || pd.issued) return;
   pd.issued = true;
+  for (cache::ExpertKey key : pd.keys) {
+    if (!prefetch_one(key, layer)) break;
+  }
+}
+
+bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer) {
   LayerStreamStats& ls = stats_.layers[static_cast<size_t>(layer)];
   const uint64_t eb = layout_.expert_bytes(layer);
-  for (cache::ExpertKey key : pd.keys) {
-    policy_->on_predict(key, clock_);
-    const int si = slot_of(key);
-    if (si >= 0) {
-      slots_[static_cast<size_t>(si)].protect_until = step_ + 2;
-      continue;
-    }
-    if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) break;
-    const int ns = acquire_slot(false);
-    if (ns < 0) break;
-    Slot& s = slots_[static_cast<size_t>(ns)];
-    s.prefetched = true;
-    s.protect_until = step_ + 2;
-    policy_->on_insert(key, clock_);
-    submit_read(ns, key, storage::IoPriority::prefetch);
-    token_prefetch_bytes_ += eb;
-    ++ls.prefetch_issued;
+  policy_->on_predict(key, clock_);
+  const int si = slot_of(key);
+  if (si >= 0) {
+    slots_[static_cast<size_t>(si)].protect_until = step_ + 2;
+    return true;
   }
+  if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) return false;
+  const int ns = acquire_slot(false);
+  if (ns < 0) return false;
+  Slot& s = slots_[static_cast<size_t>(ns)];
+  s.prefetched = true;
+  s.protect_until = step_ + 2;
+  policy_->on_insert(key, clock_);
+  submit_read(ns, key, storage::IoPriority::prefetch);
+  token_prefetch_bytes_ += eb;
+  ++ls.prefetch_issued;
+  return true;
 }
 
 void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
@@ -308,25 +405,30 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   const std::vector<cache::ExpertKey>& predicted_ = pd.keys;
   const std::vector<uint8_t>& pred_rank_ = pd.rank;
 
-  // Predictions for this layer that were not selected: cancel reads that have not started.
+  // Predictions for this layer that were not selected: cancel reads that have not started; the
+  // others' bytes are wasted (counted now; the slot is evicted first when space is needed).
   if (have_pred) {
     for (cache::ExpertKey key : predicted_) {
       if (std::find(ids.begin(), ids.end(), cache::key_expert(key)) != ids.end()) continue;
       const int si = slot_of(key);
       if (si < 0) continue;
+      if (cancel_prefetch(si)) {
+        ++ls.prefetch_cancelled;
+        continue;
+      }
       Slot& s = slots_[static_cast<size_t>(si)];
       s.protect_until = 0;
-      if (s.prefetched) stale_guesses_.push_back(si);
-      if (s.state == SlotState::loading && s.prefetched && io_->cancel(s.tag)) {
-        tag_slot_.erase(s.tag);
-        policy_->on_evict(s.key);
-        key_slot_[index(s.key)] = -1;
-        s = Slot{0, SlotState::free, 0, 0, false, false, 0, s.data, 0};
-        free_slots_.push_back(si);
-        ++ls.prefetch_cancelled;
+      if (s.prefetched) {
+        stale_guesses_.push_back(si);
+        if (!s.waste_counted) ls.bytes_wasted += eb;
+        s.waste_counted = true;
       }
     }
   }
+  const bool have_refined = pd.has_refined;
+  pd.has_refined = false;
+  const bool have_ahead2 = ahead2_valid_[static_cast<size_t>(layer)] != 0;
+  ahead2_valid_[static_cast<size_t>(layer)] = 0;
 
   policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
 
@@ -339,8 +441,15 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     ++ls.selected;
     if (have_pred) {
       const uint8_t r = pred_rank_[static_cast<size_t>(ids[i])];
+      const bool refined = have_refined && pd.refined[static_cast<size_t>(ids[i])];
       if (r == 1) ++ls.raw_pred_hits_k;
-      if (r >= 1) { ++ls.raw_pred_hits_km; ++ls.predicted; }
+      if (r >= 1) ++ls.raw_pred_hits_km;
+      if (refined) ++ls.raw_refined_hits_k;
+      if (r >= 1 || refined) ++ls.predicted;
+    }
+    if (have_ahead2) {
+      ++ls.ahead2_selected;
+      if (ahead2_[static_cast<size_t>(layer)][static_cast<size_t>(ids[i])]) ++ls.raw_ahead2_hits_k;
     }
     const int si = slot_of(key);
     if (si >= 0 && slots_[static_cast<size_t>(si)].state == SlotState::ready) {

@@ -21,7 +21,9 @@
 
 #include "les/cache/policy.h"
 #include "les/model/expert_source.h"
+#include "les/model/matmul.h"
 #include "les/model/model.h"
+#include "les/util/thread_pool.h"
 #include "les/storage/expert_layout.h"
 #include "les/storage/io.h"
 
@@ -35,10 +37,21 @@ struct StreamingOptions {
   Schedule schedule = Schedule::lookahead;
   uint64_t cache_bytes = 0;     // bytes for expert slots (slots = cache_bytes / slot bytes)
   int predict_extra = 0;        // m: prefetch the top k+m (0 measured best: docs/benchmarks.md)
+  // Refine: when layer l's output is known, apply layer l+1's norm and router to it and prefetch
+  // the experts of its top k that the early guess missed (a better guess with less time left).
+  bool refine = true;
+  // Cancel early-guess prefetches the refined guess drops, if their reads have not started.
+  bool refine_cancel = true;
+  // Also compute a guess two layers ahead (layer l+2's router on layer l's router input) for
+  // the statistics (raw_ahead2_hits_k); it costs one more router product per layer.
+  bool measure_ahead2 = false;
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
   int queue_depth = 8;
+  // Prefetch bytes in the device at a time (0: auto, two experts' reads). Demand reads wait
+  // behind whatever is in flight, so this bounds the latency prefetching adds to a miss.
+  uint64_t prefetch_inflight = 0;
   int io_threads = 0;           // pread/naive worker threads (0: queue depth)
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
   // Check every expert read against the checksum recorded by les pack (xxh3-64 of its bytes, on
@@ -63,6 +76,9 @@ struct LayerStreamStats {
   double compute_s = 0;          // computing the layer's experts
   uint64_t raw_pred_hits_k = 0;  // raw predictor: selected experts in its top k
   uint64_t raw_pred_hits_km = 0; // ... in its top k+m
+  uint64_t raw_refined_hits_k = 0;  // selected experts in the refined guess's top k (layer l's output)
+  uint64_t raw_ahead2_hits_k = 0;   // selected experts in the top k of a guess two layers ahead
+  uint64_t ahead2_selected = 0;     // selected experts of layers that had a two-ahead guess
 };
 
 struct StreamStats {
@@ -81,6 +97,7 @@ class StreamingExperts final : public ExpertSource {
   ~StreamingExperts() override;
 
   void on_router_input(int layer, const float* x_norm, int64_t n_tok) override;
+  void on_layer_output(int layer, const float* h, int64_t n_tok) override;
   void with_experts(int layer, std::span<const int32_t> ids,
                     const std::function<void(size_t, const ExpertView&)>& run) override;
   void on_token_done() override;
@@ -101,11 +118,16 @@ class StreamingExperts final : public ExpertSource {
     uint64_t tag = 0;
     bool prefetched = false;     // filled by a prefetch and not used since
     bool demand_fresh = false;   // demand-loaded, first use not yet computed
+    bool waste_counted = false;  // prefetched for a layer that did not select it (bytes counted)
     uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
     uint8_t* data = nullptr;
     int retries = 0;
   };
 
+  static void reset_slot(Slot& s);  // back to free, keeping its memory
+  // Cancels the unstarted prefetch read of slot si (an unpinned prefetched slot), freeing the
+  // slot; false if the read started or the slot is not such a prefetch.
+  bool cancel_prefetch(int si);
   int slot_of(cache::ExpertKey k) const { return key_slot_[index(k)]; }
   size_t index(cache::ExpertKey k) const;
   // A free slot, evicting if needed; -1 if none can be had. demand: may evict protected slots.
@@ -119,6 +141,13 @@ class StreamingExperts final : public ExpertSource {
   // the demand reads of the current layer.
   void predict_next(int layer, const float* x_norm, int64_t n_tok);
   void issue_prefetch(int layer);
+  // Prefetches one expert of `layer` unless resident, in flight or over budget; false when no
+  // slot or budget is left.
+  bool prefetch_one(cache::ExpertKey key, int layer);
+  // Top-k experts of `layer`'s router per token on x [n_tok][n_embd]: flags[e] = 1 when in any
+  // token's top k; order = those experts by their best logit (descending).
+  void router_topk(int layer, const float* x, int64_t n_tok, int k, std::vector<uint8_t>& flags,
+                   std::vector<int>& order);
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -145,9 +174,16 @@ class StreamingExperts final : public ExpertSource {
     bool issued = false;        // its prefetches were submitted
     std::vector<cache::ExpertKey> keys;
     std::vector<uint8_t> rank;  // [n_expert]
+    std::vector<uint8_t> refined;  // [n_expert]: in the refined guess's top k
+    bool has_refined = false;
   };
   std::vector<Prediction> pred_;              // [n_layer]
+  ThreadPool pred_pool_{1};                   // predictor products run on the calling thread
+  QuantizedActs pred_acts_;
   std::vector<float> pred_logits_;
+  std::vector<float> refine_x_;
+  std::vector<std::vector<uint8_t>> ahead2_;  // [layer][n_expert]: two-ahead guess (statistics)
+  std::vector<uint8_t> ahead2_valid_;
   std::vector<storage::IoCompletion> completions_;
   StreamStats stats_;
   storage::IoCounters io_base_{};             // engine counters at the last reset_stats()

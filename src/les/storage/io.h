@@ -237,6 +237,10 @@ struct IoOptions {
   int queue_depth = 16;  // ops in flight in the kernel/device at a time (>= 1)
   int n_threads = 0;     // pread/naive/fake worker threads; 0 = queue_depth
   FakeIoConfig fake{};   // IoMode::fake only
+  // Prefetch bytes in flight at most (0: unlimited); one prefetch op may always run. A demand
+  // read waits behind every op already in the device, so bounding the prefetch bytes there
+  // bounds the latency prefetching adds to a demand read (bytes / bandwidth).
+  uint64_t prefetch_bytes = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

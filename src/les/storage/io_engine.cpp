@@ -187,8 +187,11 @@ bool ReadProgress::on_result(int64_t r) {
 // ---------------------------------------------------------------------------------------------
 // Queue and bookkeeping
 
-QueuedIoEngine::QueuedIoEngine(IoMode mode, std::shared_ptr<ReadFile> file, int queue_depth)
-    : file_(std::move(file)), mode_(mode), queue_depth_(queue_depth) {}
+QueuedIoEngine::QueuedIoEngine(IoMode mode, std::shared_ptr<ReadFile> file, const IoOptions& opts)
+    : file_(std::move(file)),
+      mode_(mode),
+      queue_depth_(opts.queue_depth),
+      prefetch_bytes_(opts.prefetch_bytes) {}
 
 void QueuedIoEngine::validate(const IoRequest& req) const {
   const ReadFile& f = *file_;
@@ -301,8 +304,18 @@ bool QueuedIoEngine::take_op_locked(OpRef& out) {
   auto& qp = queue_[static_cast<int>(IoPriority::prefetch)];
   auto& q = !qd.empty() ? qd : qp;
   if (q.empty()) return false;
+  const bool prefetch = &q == &qp;
   Request* r = q.front();
+  if (prefetch && prefetch_bytes_ > 0 && prefetch_in_flight_ > 0 &&
+      prefetch_bytes_in_flight_ + r->ops[r->next].length > prefetch_bytes_) {
+    return false;
+  }
   out.req = r;
+  out.prefetch = prefetch;
+  if (prefetch) {
+    ++prefetch_in_flight_;
+    prefetch_bytes_in_flight_ += r->ops[r->next].length;
+  }
   out.index = r->next++;
   out.seq = counters_.ops++;
   if (r->next == r->ops.size()) {
@@ -318,6 +331,11 @@ bool QueuedIoEngine::take_op_locked(OpRef& out) {
 
 void QueuedIoEngine::finish_op_locked(const OpRef& ref, OpResult&& res) {
   LES_ASSERT(in_flight_ > 0);
+  if (ref.prefetch) {
+    LES_ASSERT(prefetch_in_flight_ > 0);
+    --prefetch_in_flight_;
+    prefetch_bytes_in_flight_ -= ref.op().length;
+  }
   if (--in_flight_ == 0) {
     counters_.busy_us += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - busy_since_).count());
@@ -420,10 +438,9 @@ IoCounters QueuedIoEngine::counters() const {
 // ---------------------------------------------------------------------------------------------
 // Worker pool
 
-WorkerPoolEngine::WorkerPoolEngine(IoMode mode, std::shared_ptr<ReadFile> file, int queue_depth,
-                                   int n_threads)
-    : QueuedIoEngine(mode, std::move(file), queue_depth),
-      n_threads_(std::min(n_threads > 0 ? n_threads : queue_depth, queue_depth)) {}
+WorkerPoolEngine::WorkerPoolEngine(IoMode mode, std::shared_ptr<ReadFile> file, const IoOptions& opts)
+    : QueuedIoEngine(mode, std::move(file), opts),
+      n_threads_(std::min(opts.n_threads > 0 ? opts.n_threads : opts.queue_depth, opts.queue_depth)) {}
 
 void WorkerPoolEngine::start() {
   threads_.reserve(static_cast<size_t>(n_threads_));

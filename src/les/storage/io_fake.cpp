@@ -16,7 +16,7 @@ namespace {
 class FakeEngine final : public WorkerPoolEngine {
  public:
   FakeEngine(std::shared_ptr<ReadFile> file, const IoOptions& o)
-      : WorkerPoolEngine(IoMode::fake, std::move(file), o.queue_depth, o.n_threads), cfg_(o.fake) {
+      : WorkerPoolEngine(IoMode::fake, std::move(file), o), cfg_(o.fake) {
     start();
   }
   ~FakeEngine() override { stop(); }

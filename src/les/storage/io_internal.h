@@ -83,7 +83,8 @@ std::string read_error_message(const ReadFile& f, const IoOp& op, uint64_t at, i
 // base calls kick_locked() whenever an op may have become startable.
 class QueuedIoEngine : public IoEngine {
  public:
-  QueuedIoEngine(IoMode mode, std::shared_ptr<ReadFile> file, int queue_depth);
+  // Uses opts.queue_depth and opts.prefetch_bytes (0: no separate limit).
+  QueuedIoEngine(IoMode mode, std::shared_ptr<ReadFile> file, const IoOptions& opts);
 
   void submit(IoRequest req) override;
   void submit_batch(std::vector<IoRequest> reqs) override;
@@ -115,10 +116,12 @@ class QueuedIoEngine : public IoEngine {
     Request* req = nullptr;
     size_t index = 0;
     uint64_t seq = 0;  // 0-based number of the op among all ops this engine started
+    bool prefetch = false;  // started at prefetch priority (counts against prefetch_bytes)
     const IoOp& op() const { return req->ops[index]; }
   };
 
-  // Starts the next op in priority order if fewer than queue_depth are in flight.
+  // Starts the next op in priority order if fewer than queue_depth are in flight (and, for a
+  // prefetch op, if no prefetch op is in flight or its bytes stay within prefetch_bytes).
   bool take_op_locked(OpRef& out);
   // Records the end of an op started by take_op_locked(); completes its request when it was the
   // request's last op. After an error the request's unstarted ops are dropped.
@@ -133,6 +136,8 @@ class QueuedIoEngine : public IoEngine {
   mutable std::mutex mu_;
   IoCounters counters_;  // backends add syscalls/submit_calls/retries/short_reads via finish
   size_t in_flight_ = 0;
+  size_t prefetch_in_flight_ = 0;        // prefetch ops in flight
+  uint64_t prefetch_bytes_in_flight_ = 0;
   const std::shared_ptr<ReadFile> file_;
 
  private:
@@ -142,6 +147,7 @@ class QueuedIoEngine : public IoEngine {
 
   const IoMode mode_;
   const int queue_depth_;
+  const uint64_t prefetch_bytes_;  // prefetch bytes in flight at most (0: unlimited)
   std::deque<Request*> queue_[2];  // indexed by IoPriority
   std::unordered_map<uint64_t, std::unique_ptr<Request>> pending_;
   std::deque<IoCompletion> done_;
@@ -159,7 +165,7 @@ class WorkerPoolEngine : public QueuedIoEngine {
     IoPriority priority = IoPriority::demand;
     uint64_t seq = 0;
   };
-  WorkerPoolEngine(IoMode mode, std::shared_ptr<ReadFile> file, int queue_depth, int n_threads);
+  WorkerPoolEngine(IoMode mode, std::shared_ptr<ReadFile> file, const IoOptions& opts);
   // Derived constructors call start() once their members are ready, destructors call stop().
   void start();
   void stop();

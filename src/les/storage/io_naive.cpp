@@ -17,7 +17,7 @@ constexpr uint64_t kMaxStaging = 16ull << 20;  // larger ops are read in chunks 
 class NaiveEngine final : public WorkerPoolEngine {
  public:
   NaiveEngine(std::shared_ptr<ReadFile> file, const IoOptions& o)
-      : WorkerPoolEngine(IoMode::naive, std::move(file), o.queue_depth, o.n_threads) {
+      : WorkerPoolEngine(IoMode::naive, std::move(file), o) {
     staging_.resize(static_cast<size_t>(n_threads()));
     start();
   }

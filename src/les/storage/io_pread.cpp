@@ -11,7 +11,7 @@ namespace {
 class PreadEngine final : public WorkerPoolEngine {
  public:
   PreadEngine(std::shared_ptr<ReadFile> file, const IoOptions& o)
-      : WorkerPoolEngine(IoMode::pread, std::move(file), o.queue_depth, o.n_threads) {
+      : WorkerPoolEngine(IoMode::pread, std::move(file), o) {
     start();
   }
   ~PreadEngine() override { stop(); }

@@ -30,7 +30,7 @@ constexpr uint64_t kMaxSqeBytes = 1ull << 30;
 class UringEngine final : public QueuedIoEngine {
  public:
   UringEngine(std::shared_ptr<ReadFile> file, const IoOptions& o)
-      : QueuedIoEngine(IoMode::uring, std::move(file), o.queue_depth) {
+      : QueuedIoEngine(IoMode::uring, std::move(file), o) {
     unsigned entries = 1;
     while (entries < static_cast<unsigned>(o.queue_depth) + 1) entries <<= 1;
     const int rc = io_uring_queue_init(entries, &ring_, 0);
