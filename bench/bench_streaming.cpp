@@ -10,7 +10,7 @@
 // A configuration is a schedule name optionally followed by /key=value overrides of the shared
 // options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
 // qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
-// the two-layers-ahead guess on|off).
+// the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -267,6 +267,7 @@ int main(int argc, char** argv) {
         else if (k == "refine") o.refine = v == "on";
         else if (k == "cancel") o.refine_cancel = v == "on";
         else if (k == "ahead2") o.measure_ahead2 = v == "on";
+        else if (k == "prefetch2") o.prefetch_ahead2 = v == "on";
         else throw Error("unknown configuration key '" + k + "' in " + spec);
       }
       // The same budget for every configuration: the cache gets what the budget leaves for this

@@ -53,19 +53,21 @@ TEST(Streaming, BitIdenticalAcrossSchedulesCachesThreadsAndIoModes) {
 }
 
 // Every predictor variant (early guess only, refined with the layer's output, refined with
-// cancellation, two-ahead statistics, unbounded prefetch bytes in flight) computes the same
+// cancellation, two-ahead statistics with unbounded prefetch bytes in flight, two-ahead
+// prefetching) computes the same
 // logits; the refined guess is measured and at least as good as chance.
 TEST(Streaming, PredictorVariantsAreBitIdentical) {
   LES_REQUIRE_FILE(tiny_moe_path());
   auto resident = Model::load(tiny_moe_path());
   auto streamed = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
   const auto ref = run_hashes(*resident, nullptr, 1);
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     for (int slots : {8, 128}) {
       StreamingOptions o = opts(*streamed, Schedule::lookahead, storage::IoMode::pread, slots);
       o.refine = variant != 0;
       o.refine_cancel = variant == 2;
       o.measure_ahead2 = variant == 3;
+      o.prefetch_ahead2 = variant == 4;
       o.prefetch_inflight = variant == 3 ? (uint64_t(1) << 40) : 0;
       StreamingExperts ex(*streamed, o);
       EXPECT_EQ(run_hashes(*streamed, &ex, 1), ref) << "variant " << variant << " slots " << slots;
@@ -75,7 +77,7 @@ TEST(Streaming, PredictorVariantsAreBitIdentical) {
       } else {
         EXPECT_GT(static_cast<double>(t.raw_refined_hits_k), 0.3 * static_cast<double>(t.selected));
       }
-      if (variant == 3) {
+      if (variant >= 3) {
         EXPECT_GT(t.ahead2_selected, 0u);
         EXPECT_GT(static_cast<double>(t.raw_ahead2_hits_k), 0.2 * static_cast<double>(t.ahead2_selected));
       } else {

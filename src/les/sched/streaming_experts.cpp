@@ -107,6 +107,8 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   }
   ahead2_.assign(static_cast<size_t>(cfg_.n_layer), std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
   ahead2_valid_.assign(static_cast<size_t>(cfg_.n_layer), 0);
+  ahead2_keys_.resize(static_cast<size_t>(cfg_.n_layer));
+  ahead2_issued_.resize(static_cast<size_t>(cfg_.n_layer));
   stats_.layers.resize(static_cast<size_t>(cfg_.n_layer));
   stats_.n_slots = static_cast<int>(slots_.size());
   stats_.slot_bytes = sb;
@@ -239,10 +241,13 @@ void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n
   if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
     predict_next(layer, x_norm, n_tok);
     // Two layers ahead: measured (statistics) only; see docs/benchmarks.md for why it is not used.
-    if (layer + 2 < cfg_.n_layer && opt_.measure_ahead2) {
+    if (layer + 2 < cfg_.n_layer && (opt_.measure_ahead2 || opt_.prefetch_ahead2)) {
+      const size_t l2 = static_cast<size_t>(layer + 2);
       std::vector<int> order;
-      router_topk(layer + 2, x_norm, n_tok, cfg_.n_expert_used, ahead2_[static_cast<size_t>(layer + 2)], order);
-      ahead2_valid_[static_cast<size_t>(layer + 2)] = 1;
+      router_topk(layer + 2, x_norm, n_tok, cfg_.n_expert_used, ahead2_[l2], order);
+      ahead2_valid_[l2] = 1;
+      ahead2_keys_[l2].clear();
+      for (int e : order) ahead2_keys_[l2].push_back(cache::make_key(layer + 2, e));
     }
   }
 }
@@ -295,10 +300,12 @@ void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok)
   }
   LayerStreamStats& ls = stats_.layers[static_cast<size_t>(next)];
   if (opt_.refine_cancel) {
-    for (cache::ExpertKey key : pd.keys) {
-      if (pd.refined[static_cast<size_t>(cache::key_expert(key))]) continue;
-      const int si = slot_of(key);
-      if (si >= 0 && cancel_prefetch(si)) ++ls.prefetch_cancelled;
+    for (const auto* keys : {&pd.keys, &ahead2_issued_[static_cast<size_t>(next)]}) {
+      for (cache::ExpertKey key : *keys) {
+        if (pd.refined[static_cast<size_t>(cache::key_expert(key))]) continue;
+        const int si = slot_of(key);
+        if (si >= 0 && cancel_prefetch(si)) ++ls.prefetch_cancelled;
+      }
     }
   }
   for (int e : order) {
@@ -407,8 +414,14 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
 
   // Predictions for this layer that were not selected: cancel reads that have not started; the
   // others' bytes are wasted (counted now; the slot is evicted first when space is needed).
-  if (have_pred) {
-    for (cache::ExpertKey key : predicted_) {
+  std::vector<cache::ExpertKey> guessed;
+  if (have_pred) guessed = predicted_;
+  for (cache::ExpertKey key : ahead2_issued_[static_cast<size_t>(layer)]) {
+    if (std::find(guessed.begin(), guessed.end(), key) == guessed.end()) guessed.push_back(key);
+  }
+  ahead2_issued_[static_cast<size_t>(layer)].clear();
+  {
+    for (cache::ExpertKey key : guessed) {
       if (std::find(ids.begin(), ids.end(), cache::key_expert(key)) != ids.end()) continue;
       const int si = slot_of(key);
       if (si < 0) continue;
@@ -509,7 +522,17 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
 
   issue_deferred();
   // Demand reads of this layer are queued first; then the next layer's predicted experts.
-  if (opt_.schedule == Schedule::lookahead) issue_prefetch(layer + 1);
+  if (opt_.schedule == Schedule::lookahead) {
+    issue_prefetch(layer + 1);
+    if (opt_.prefetch_ahead2 && layer + 2 < cfg_.n_layer && ahead2_valid_[static_cast<size_t>(layer + 2)]) {
+      std::vector<cache::ExpertKey>& issued = ahead2_issued_[static_cast<size_t>(layer + 2)];
+      for (cache::ExpertKey key : ahead2_keys_[static_cast<size_t>(layer + 2)]) {
+        const bool was_absent = slot_of(key) < 0;
+        if (!prefetch_one(key, layer + 2)) break;
+        if (was_absent && slot_of(key) >= 0) issued.push_back(key);
+      }
+    }
+  }
   const bool eager = opt_.schedule == Schedule::lookahead;
   if (eager) {
     for (size_t i : ready) run_one(i);

@@ -45,6 +45,10 @@ struct StreamingOptions {
   // Also compute a guess two layers ahead (layer l+2's router on layer l's router input) for
   // the statistics (raw_ahead2_hits_k); it costs one more router product per layer.
   bool measure_ahead2 = false;
+  // Prefetch that two-ahead guess too, behind the next layer's prefetches (implies
+  // measure_ahead2): a deeper pipeline for the disk, at lower precision. Its unstarted reads
+  // are cancelled when a later guess for that layer drops them.
+  bool prefetch_ahead2 = false;
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
@@ -184,6 +188,8 @@ class StreamingExperts final : public ExpertSource {
   std::vector<float> refine_x_;
   std::vector<std::vector<uint8_t>> ahead2_;  // [layer][n_expert]: two-ahead guess (statistics)
   std::vector<uint8_t> ahead2_valid_;
+  std::vector<std::vector<cache::ExpertKey>> ahead2_keys_;  // [layer]: two-ahead guess, best first
+  std::vector<std::vector<cache::ExpertKey>> ahead2_issued_;  // [layer]: prefetched from that guess
   std::vector<storage::IoCompletion> completions_;
   StreamStats stats_;
   storage::IoCounters io_base_{};             // engine counters at the last reset_stats()
