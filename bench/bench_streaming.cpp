@@ -10,7 +10,7 @@
 // A configuration is a schedule name optionally followed by /key=value overrides of the shared
 // options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
 // qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
-// the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off).
+// the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -268,6 +268,7 @@ int main(int argc, char** argv) {
         else if (k == "cancel") o.refine_cancel = v == "on";
         else if (k == "ahead2") o.measure_ahead2 = v == "on";
         else if (k == "prefetch2") o.prefetch_ahead2 = v == "on";
+        else if (k == "throttle") o.throttle = v == "on";
         else throw Error("unknown configuration key '" + k + "' in " + spec);
       }
       // The same budget for every configuration: the cache gets what the budget leaves for this
@@ -322,7 +323,7 @@ int main(int argc, char** argv) {
       const LayerStreamStats& t = r.total;
       const double tok = r.tokens ? static_cast<double>(r.tokens) : 1.0;
       std::printf("%-34s %7.2f tok/s  x%.2f vs ondemand  %5.1f%% of ceiling  hit %5.1f%%  prepared %5.1f%%  recall@k %.3f refined %.3f ahead2 %.3f  "
-                  "MB/tok demand %.2f prefetch %.2f wasted %.2f  ms/tok stall %.1f compute %.1f  hash %s\n",
+                  "MB/tok demand %.2f prefetch %.2f wasted %.2f  throttled/tok %.1f  ms/tok stall %.1f compute %.1f  hash %s\n",
                   name.c_str(), r.tps, r.tps / od.tps, 100.0 * r.tps / ceiling,
                   t.selected ? 100.0 * t.hits / t.selected : 100.0,
                   t.selected ? 100.0 * (t.hits + t.in_flight) / t.selected : 100.0,
@@ -330,6 +331,7 @@ int main(int argc, char** argv) {
                   t.selected ? static_cast<double>(t.raw_refined_hits_k) / t.selected : 0.0,
                   t.ahead2_selected ? static_cast<double>(t.raw_ahead2_hits_k) / t.ahead2_selected : 0.0,
                   t.bytes_demand / 1e6 / tok, t.bytes_prefetch / 1e6 / tok, t.bytes_wasted / 1e6 / tok,
+                  static_cast<double>(t.prefetch_throttled) / tok,
                   1e3 * t.stall_s / tok, 1e3 * t.compute_s / tok, hex64(r.hash).c_str());
     };
     std::printf("\ndisk: %.0f MB/s for this model's expert reads (queue depth %d)\n", disk, a.queue_depth);

@@ -89,6 +89,33 @@ TEST(Streaming, PredictorVariantsAreBitIdentical) {
   }
 }
 
+// On a saturated disk (every read slow, one at a time) the throttle skips guesses whose recent
+// precision is below half the disk's busy fraction (here the ones ranked past k); without it
+// every guess is read. Logits are
+// the same either way.
+TEST(Streaming, ThrottleSkipsImpreciseGuessesOnABusyDisk) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  auto resident = Model::load(tiny_moe_path());
+  auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  const auto ref = run_hashes(*resident, nullptr, 1, 24);
+  const auto bytes = les::test::read_bytes(tiny_moe_path());
+  uint64_t throttled[2] = {0, 0};
+  for (int on = 0; on < 2; ++on) {
+    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::fake, 128);
+    o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
+    o.queue_depth = 1;
+    o.io.fake.latency = std::chrono::microseconds(1500);
+    o.predict_extra = 4;  // guesses ranked k+1..k+m are right far less than half the time
+    o.throttle = on == 1;
+    StreamingExperts ex(*m, o);
+    EXPECT_EQ(run_hashes(*m, &ex, 1, 24), ref) << "throttle " << on;
+    throttled[on] = ex.stats().total().prefetch_throttled;
+    EXPECT_GT(ex.stats().total().prefetch_issued, 0u) << "the throttle never stops prefetching altogether";
+  }
+  EXPECT_EQ(throttled[0], 0u);
+  EXPECT_GT(throttled[1], 0u);
+}
+
 TEST(Streaming, LookaheadPredictsAndPrefetches) {
   LES_REQUIRE_FILE(tiny_moe_path());
   auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});

@@ -48,8 +48,19 @@ std::string format_stream_table(const StreamStats& st, const RunSummary& run) {
   for (size_t i = 0; i < st.layers.size(); ++i) row(std::to_string(i), st.layers[i]);
   row("all", st.total());
   const LayerStreamStats t = st.total();
+  std::string guesses;
+  for (int g = 0; g < kGuessSources; ++g) {
+    if (!st.guess_issued[g]) continue;
+    const std::string name = g == kGuessRefined ? std::string("refined") : g == kGuessAhead2 ? std::string("ahead2") : strfmt("#%d", g + 1);
+    guesses += strfmt(" %s %.2f (%llu)", name.c_str(), ratio(st.guess_used[g], st.guess_issued[g]),
+                      static_cast<unsigned long long>(st.guess_issued[g]));
+  }
+  if (!guesses.empty()) s += "prefetch precision by guess (position in the early guess, refined, ahead2):" + guesses + "\n";
+  if (t.prefetch_throttled) {
+    s += strfmt("prefetches skipped by the throttle: %llu\n", static_cast<unsigned long long>(t.prefetch_throttled));
+  }
   if (t.ahead2_selected) {
-    s += strfmt("two layers ahead (measured, not used): raw recall@k %.3f\n", ratio(t.raw_ahead2_hits_k, t.ahead2_selected));
+    s += strfmt("two layers ahead: raw recall@k %.3f\n", ratio(t.raw_ahead2_hits_k, t.ahead2_selected));
   }
   const double io_mbs = st.io.busy_us ? static_cast<double>(st.io.bytes) / static_cast<double>(st.io.busy_us) : 0.0;
   s += strfmt("I/O: %llu reads, %.1f MB, %.0f MB/s while busy, max %u in flight, %llu retries, %llu errors\n",
@@ -69,7 +80,7 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
     return strfmt("{\"selected\": %llu, \"hits\": %llu, \"in_flight\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
                   "\"prepared\": %.4f, \"predictor_recall\": %.4f, \"raw_recall_k\": %.4f, \"raw_recall_km\": %.4f, "
                   "\"raw_recall_refined_k\": %.4f, \"raw_recall_ahead2_k\": %.4f, "
-                  "\"prefetch_issued\": %llu, \"prefetch_used\": %llu, \"prefetch_cancelled\": %llu, "
+                  "\"prefetch_issued\": %llu, \"prefetch_used\": %llu, \"prefetch_cancelled\": %llu, \"prefetch_throttled\": %llu, "
                   "\"prefetch_precision\": %.4f, \"bytes_demand\": %llu, \"bytes_prefetch\": %llu, "
                   "\"bytes_wasted\": %llu, \"mb_per_token_demand\": %.4f, \"mb_per_token_prefetch\": %.4f, "
                   "\"mb_per_token_wasted\": %.4f, \"stall_s\": %.6f, \"compute_s\": %.6f}",
@@ -77,7 +88,7 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
                   (unsigned long long)l.misses, d.hit, d.prepared, d.recall, d.recall_k, d.recall_km, d.recall_refined,
                   d.recall_ahead2,
                   (unsigned long long)l.prefetch_issued, (unsigned long long)l.prefetch_used,
-                  (unsigned long long)l.prefetch_cancelled, d.precision, (unsigned long long)l.bytes_demand,
+                  (unsigned long long)l.prefetch_cancelled, (unsigned long long)l.prefetch_throttled, d.precision, (unsigned long long)l.bytes_demand,
                   (unsigned long long)l.bytes_prefetch, (unsigned long long)l.bytes_wasted, d.mb_demand,
                   d.mb_prefetch, d.mb_wasted, l.stall_s, l.compute_s);
   };

@@ -44,7 +44,7 @@ LayerStreamStats StreamStats::total() const {
   for (const auto& l : layers) {
     t.selected += l.selected; t.hits += l.hits; t.in_flight += l.in_flight; t.predicted += l.predicted;
     t.misses += l.misses; t.prefetch_issued += l.prefetch_issued; t.prefetch_used += l.prefetch_used;
-    t.prefetch_cancelled += l.prefetch_cancelled; t.bytes_demand += l.bytes_demand;
+    t.prefetch_cancelled += l.prefetch_cancelled; t.prefetch_throttled += l.prefetch_throttled; t.bytes_demand += l.bytes_demand;
     t.bytes_prefetch += l.bytes_prefetch; t.bytes_wasted += l.bytes_wasted; t.stall_s += l.stall_s;
     t.compute_s += l.compute_s; t.raw_pred_hits_k += l.raw_pred_hits_k; t.raw_pred_hits_km += l.raw_pred_hits_km;
     t.raw_refined_hits_k += l.raw_refined_hits_k; t.raw_ahead2_hits_k += l.raw_ahead2_hits_k;
@@ -123,6 +123,8 @@ StreamingExperts::~StreamingExperts() {
 
 void StreamingExperts::reset_stats() {
   for (auto& l : stats_.layers) l = LayerStreamStats{};
+  std::fill(std::begin(stats_.guess_issued), std::end(stats_.guess_issued), 0);
+  std::fill(std::begin(stats_.guess_used), std::end(stats_.guess_used), 0);
   stats_.tokens = 0;
   io_base_ = io_->counters();
   stats_.io = storage::IoCounters{};
@@ -312,7 +314,7 @@ void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok)
     if (pd.rank[static_cast<size_t>(e)] != 0) continue;  // the early guess has it already
     const cache::ExpertKey key = cache::make_key(next, e);
     pd.keys.push_back(key);
-    if (!prefetch_one(key, next)) break;
+    if (!prefetch_one(key, next, kGuessRefined)) break;
   }
 }
 
@@ -370,12 +372,12 @@ void StreamingExperts::issue_prefetch(int layer) {
   Prediction& pd = pred_[static_cast<size_t>(layer)];
   if (!pd.valid || pd.issued) return;
   pd.issued = true;
-  for (cache::ExpertKey key : pd.keys) {
-    if (!prefetch_one(key, layer)) break;
+  for (size_t i = 0; i < pd.keys.size(); ++i) {
+    if (!prefetch_one(pd.keys[i], layer, static_cast<int>(std::min<size_t>(i, kGuessPositions - 1)))) break;
   }
 }
 
-bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer) {
+bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) {
   LayerStreamStats& ls = stats_.layers[static_cast<size_t>(layer)];
   const uint64_t eb = layout_.expert_bytes(layer);
   policy_->on_predict(key, clock_);
@@ -385,10 +387,16 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer) {
     return true;
   }
   if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) return false;
+  if (throttled(guess)) {
+    ++ls.prefetch_throttled;
+    return true;  // later guesses may be better ones
+  }
   const int ns = acquire_slot(false);
   if (ns < 0) return false;
   Slot& s = slots_[static_cast<size_t>(ns)];
   s.prefetched = true;
+  s.guess = static_cast<uint8_t>(guess);
+  ++stats_.guess_issued[guess];
   s.protect_until = step_ + 2;
   policy_->on_insert(key, clock_);
   submit_read(ns, key, storage::IoPriority::prefetch);
@@ -425,12 +433,16 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       if (std::find(ids.begin(), ids.end(), cache::key_expert(key)) != ids.end()) continue;
       const int si = slot_of(key);
       if (si < 0) continue;
+      const bool was_prefetch = slots_[static_cast<size_t>(si)].prefetched;
+      const int guess = slots_[static_cast<size_t>(si)].guess;
       if (cancel_prefetch(si)) {
         ++ls.prefetch_cancelled;
+        if (was_prefetch) record_guess(guess, false);  // a wrong guess, caught before its read
         continue;
       }
       Slot& s = slots_[static_cast<size_t>(si)];
       s.protect_until = 0;
+      if (s.prefetched && !s.waste_counted) record_guess(s.guess, false);
       if (s.prefetched) {
         stale_guesses_.push_back(si);
         if (!s.waste_counted) ls.bytes_wasted += eb;
@@ -509,6 +521,8 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     if (s.prefetched) {
       s.prefetched = false;
       ++ls.prefetch_used;
+      ++stats_.guess_used[s.guess];
+      record_guess(s.guess, true);
     }
     s.protect_until = 0;
     --s.pins;
@@ -528,7 +542,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       std::vector<cache::ExpertKey>& issued = ahead2_issued_[static_cast<size_t>(layer + 2)];
       for (cache::ExpertKey key : ahead2_keys_[static_cast<size_t>(layer + 2)]) {
         const bool was_absent = slot_of(key) < 0;
-        if (!prefetch_one(key, layer + 2)) break;
+        if (!prefetch_one(key, layer + 2, kGuessAhead2)) break;
         if (was_absent && slot_of(key) >= 0) issued.push_back(key);
       }
     }
@@ -579,9 +593,28 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   ls.stall_s += (now_s() - t_start) - compute;
 }
 
+bool StreamingExperts::throttled(int guess) {
+  if (!opt_.throttle || guess_n_[guess] < 8) return false;  // too few outcomes to judge
+  if (guess_hit_[guess] / guess_n_[guess] >= 0.5 * disk_busy_) return false;
+  // Let every 8th one through so that the source's precision keeps being measured.
+  return ++guess_skips_[guess] % 8 != 0;
+}
+
+void StreamingExperts::record_guess(int guess, bool used) {
+  constexpr double kDecay = 0.99;  // ~100 recent outcomes per source
+  guess_n_[guess] = guess_n_[guess] * kDecay + 1.0;
+  guess_hit_[guess] = guess_hit_[guess] * kDecay + (used ? 1.0 : 0.0);
+}
+
 void StreamingExperts::on_token_done() {
   token_prefetch_bytes_ = 0;
   const storage::IoCounters c = io_->counters();
+  const double t = now_s();
+  if (last_token_t_ > 0 && t > last_token_t_) {
+    disk_busy_ = std::min(1.0, 1e-6 * static_cast<double>(c.busy_us - last_busy_us_) / (t - last_token_t_));
+  }
+  last_token_t_ = t;
+  last_busy_us_ = c.busy_us;
   storage::IoCounters d = c;
   d.requests -= io_base_.requests; d.errors -= io_base_.errors; d.cancelled -= io_base_.cancelled;
   d.promoted -= io_base_.promoted; d.ops -= io_base_.ops; d.syscalls -= io_base_.syscalls;

@@ -49,6 +49,11 @@ struct StreamingOptions {
   // measure_ahead2): a deeper pipeline for the disk, at lower precision. Its unstarted reads
   // are cancelled when a later guess for that layer drops them.
   bool prefetch_ahead2 = false;
+  // Throttle: skip a prefetch whose guess source has recently been right less often than
+  // 0.5 x the disk's busy fraction over the last token. A wrong read costs nothing when the disk
+  // would have idled and a whole read's time when it is saturated, while a right one saves a
+  // read's stall: at utilisation u, prefetching pays when precision > u / 2.
+  bool throttle = true;
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
@@ -75,6 +80,7 @@ struct LayerStreamStats {
   uint64_t prefetch_issued = 0;  // prefetch reads submitted
   uint64_t prefetch_used = 0;    // prefetched experts later selected
   uint64_t prefetch_cancelled = 0;
+  uint64_t prefetch_throttled = 0;  // prefetches skipped by the throttle
   uint64_t bytes_demand = 0, bytes_prefetch = 0, bytes_wasted = 0;  // wasted: prefetched, never used
   double stall_s = 0;            // waiting for reads inside the layer
   double compute_s = 0;          // computing the layer's experts
@@ -85,8 +91,18 @@ struct LayerStreamStats {
   uint64_t ahead2_selected = 0;     // selected experts of layers that had a two-ahead guess
 };
 
+// Prefetches by where their guess came from: the early guess's position (best logit first;
+// positions past kGuessPositions-1 share the last), the refined guess's additions, the
+// two-ahead guess. Precision per source says which guesses pay for their reads.
+inline constexpr int kGuessPositions = 16;
+inline constexpr int kGuessRefined = kGuessPositions;
+inline constexpr int kGuessAhead2 = kGuessPositions + 1;
+inline constexpr int kGuessSources = kGuessPositions + 2;
+
 struct StreamStats {
   std::vector<LayerStreamStats> layers;
+  uint64_t guess_issued[kGuessSources] = {};  // prefetches issued per guess source
+  uint64_t guess_used[kGuessSources] = {};    // ... later selected
   LayerStreamStats total() const;
   uint64_t tokens = 0;           // tokens evaluated (batches count their tokens)
   int n_slots = 0;
@@ -123,6 +139,7 @@ class StreamingExperts final : public ExpertSource {
     bool prefetched = false;     // filled by a prefetch and not used since
     bool demand_fresh = false;   // demand-loaded, first use not yet computed
     bool waste_counted = false;  // prefetched for a layer that did not select it (bytes counted)
+    uint8_t guess = 0;           // guess source of a prefetch (kGuess*)
     uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
     uint8_t* data = nullptr;
     int retries = 0;
@@ -147,7 +164,7 @@ class StreamingExperts final : public ExpertSource {
   void issue_prefetch(int layer);
   // Prefetches one expert of `layer` unless resident, in flight or over budget; false when no
   // slot or budget is left.
-  bool prefetch_one(cache::ExpertKey key, int layer);
+  bool prefetch_one(cache::ExpertKey key, int layer, int guess);
   // Top-k experts of `layer`'s router per token on x [n_tok][n_embd]: flags[e] = 1 when in any
   // token's top k; order = those experts by their best logit (descending).
   void router_topk(int layer, const float* x, int64_t n_tok, int k, std::vector<uint8_t>& flags,
@@ -190,6 +207,16 @@ class StreamingExperts final : public ExpertSource {
   std::vector<uint8_t> ahead2_valid_;
   std::vector<std::vector<cache::ExpertKey>> ahead2_keys_;  // [layer]: two-ahead guess, best first
   std::vector<std::vector<cache::ExpertKey>> ahead2_issued_;  // [layer]: prefetched from that guess
+  // Throttle state: recent outcomes per guess source (exponentially decayed counts) and the
+  // disk's busy fraction over the last token.
+  double guess_n_[kGuessSources] = {};
+  double guess_hit_[kGuessSources] = {};
+  double disk_busy_ = 0;
+  double last_token_t_ = 0;
+  uint64_t last_busy_us_ = 0;
+  uint64_t guess_skips_[kGuessSources] = {};
+  bool throttled(int guess);
+  void record_guess(int guess, bool used);
   std::vector<storage::IoCompletion> completions_;
   StreamStats stats_;
   storage::IoCounters io_base_{};             // engine counters at the last reset_stats()
