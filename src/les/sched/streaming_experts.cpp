@@ -193,7 +193,11 @@ void StreamingExperts::submit_read(int si, cache::ExpertKey key, storage::IoPrio
   s.tag = req.tag;
   key_slot_[index(key)] = si;
   tag_slot_[req.tag] = si;
-  io_->submit(std::move(req));
+  if (batching_) {
+    batch_.push_back(std::move(req));
+  } else {
+    io_->submit(std::move(req));
+  }
 }
 
 void StreamingExperts::on_complete(const storage::IoCompletion& c) {
@@ -310,12 +314,14 @@ void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok)
       }
     }
   }
+  begin_batch();
   for (int e : order) {
     if (pd.rank[static_cast<size_t>(e)] != 0) continue;  // the early guess has it already
     const cache::ExpertKey key = cache::make_key(next, e);
     pd.keys.push_back(key);
     if (!prefetch_one(key, next, kGuessRefined)) break;
   }
+  flush_batch();
 }
 
 bool StreamingExperts::cancel_prefetch(int si) {
@@ -365,6 +371,16 @@ void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_to
   pd.valid = true;
 
   pd.issued = false;
+}
+
+void StreamingExperts::begin_batch() { batching_ = true; }
+
+void StreamingExperts::flush_batch() {
+  batching_ = false;
+  if (batch_.empty()) return;
+  std::vector<storage::IoRequest> reqs;
+  reqs.swap(batch_);
+  io_->submit_batch(std::move(reqs));
 }
 
 void StreamingExperts::issue_prefetch(int layer) {
@@ -534,8 +550,10 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     done[i] = 1;
   };
 
+  // Demand reads of this layer are queued first; then the next layer's predicted experts: one
+  // submission for all of them.
+  begin_batch();
   issue_deferred();
-  // Demand reads of this layer are queued first; then the next layer's predicted experts.
   if (opt_.schedule == Schedule::lookahead) {
     issue_prefetch(layer + 1);
     if (opt_.prefetch_ahead2 && layer + 2 < cfg_.n_layer && ahead2_valid_[static_cast<size_t>(layer + 2)]) {
@@ -547,6 +565,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       }
     }
   }
+  flush_batch();
   const bool eager = opt_.schedule == Schedule::lookahead;
   if (eager) {
     for (size_t i : ready) run_one(i);

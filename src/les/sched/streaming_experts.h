@@ -162,6 +162,10 @@ class StreamingExperts final : public ExpertSource {
   // the demand reads of the current layer.
   void predict_next(int layer, const float* x_norm, int64_t n_tok);
   void issue_prefetch(int layer);
+  // Between begin_batch() and flush_batch(), reads are collected and then submitted at once
+  // (one io_uring_submit for a layer's demand reads and prefetches).
+  void begin_batch();
+  void flush_batch();
   // Prefetches one expert of `layer` unless resident, in flight or over budget; false when no
   // slot or budget is left.
   bool prefetch_one(cache::ExpertKey key, int layer, int guess);
@@ -218,6 +222,8 @@ class StreamingExperts final : public ExpertSource {
   bool throttled(int guess);
   void record_guess(int guess, bool used);
   std::vector<storage::IoCompletion> completions_;
+  std::vector<storage::IoRequest> batch_;
+  bool batching_ = false;
   StreamStats stats_;
   storage::IoCounters io_base_{};             // engine counters at the last reset_stats()
 };
