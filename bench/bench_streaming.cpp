@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
       const double tok = static_cast<double>(r.tokens);
       std::printf("%-34s %s %-5s %-8s read calls/token %7.1f  MB/token %7.2f  MB/s while busy %6.0f  busy %4.1f%% of decode"
                   "  decoding thread CPU %.1f ms/token, preempted %.1f/token\n",
-                  configs[i].label.c_str(), configs[i].model == packed.get() ? "packed  " : "original",
+                  configs[i].label.c_str(), configs[i].model->packed() ? "packed  " : "original",
                   storage::io_mode_name(configs[i].opt.io_mode), schedule_name(configs[i].opt.schedule),
                   static_cast<double>(r.io_reads) / tok, static_cast<double>(r.io_bytes) / 1e6 / tok,
                   r.io_busy_s > 0 ? static_cast<double>(r.io_bytes) / 1e6 / r.io_busy_s : 0.0,

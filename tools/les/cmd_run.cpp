@@ -47,7 +47,7 @@ int cmd_run(int argc, char** argv) {
           {{"--no-refine"}, false, "lookahead: do not re-predict the next layer's experts from this layer's output", ""},
           {{"--no-refine-cancel"}, false, "lookahead: keep unstarted prefetches the refined prediction drops", ""},
           {{"--measure-ahead2"}, false, "lookahead: also measure a two-layers-ahead prediction (statistics only)", ""},
-          {{"--no-throttle"}, false, "lookahead: prefetch every guess (no throttle from measured precision and disk load)", ""},
+          {{"--throttle"}, false, "lookahead: skip guesses whose recent precision is below half the disk's busy fraction", ""},
           {{"--prefetch-ahead2"}, false, "lookahead: also prefetch the two-layers-ahead prediction (deeper pipeline, lower precision)", ""},
           {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
           {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
@@ -111,7 +111,7 @@ int cmd_run(int argc, char** argv) {
     so.refine_cancel = !a.has("--no-refine-cancel");
     so.measure_ahead2 = a.has("--measure-ahead2");
     so.prefetch_ahead2 = a.has("--prefetch-ahead2");
-    so.throttle = !a.has("--no-throttle");
+    so.throttle = a.has("--throttle");
     if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
     if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
     plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
@@ -121,7 +121,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
-                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2", "--prefetch-ahead2", "--no-throttle", "--stats", "--stats-json", "--verify-reads"}) {
+                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2", "--prefetch-ahead2", "--throttle", "--stats", "--stats-json", "--verify-reads"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }

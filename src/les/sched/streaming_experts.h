@@ -52,8 +52,10 @@ struct StreamingOptions {
   // Throttle: skip a prefetch whose guess source has recently been right less often than
   // 0.5 x the disk's busy fraction over the last token. A wrong read costs nothing when the disk
   // would have idled and a whole read's time when it is saturated, while a right one saves a
-  // read's stall: at utilisation u, prefetching pays when precision > u / 2.
-  bool throttle = true;
+  // read's stall: at utilisation u, prefetching pays when precision > u / 2. Off by default:
+  // measured, it did not pay in the configurations of docs/benchmarks.md (a skipped right guess
+  // becomes a stall, and the disk was never saturated enough for wrong ones to cost as much).
+  bool throttle = false;
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
