@@ -423,6 +423,44 @@ TEST(GgufRoundTrip, TensorsOfSeveralTypesByteEqual) {
   }
 }
 
+// A tensor filled piecewise: pieces are whole units, at most the writer's piece size (or one
+// unit when that is larger), in order, and cover the tensor exactly once.
+TEST(GgufRoundTrip, PiecewiseFillCoversTheTensorInWholeUnits) {
+  std::mt19937 rng(77);
+  std::vector<uint8_t> src(10000);
+  for (uint8_t& x : src) x = static_cast<uint8_t>(rng());
+  for (uint64_t piece : {uint64_t(4096), uint64_t(500), uint64_t(1) << 20}) {
+    SCOPED_TRACE(piece);
+    TempDir dir;
+    Writer w;
+    w.set_fill_piece(piece);
+    w.add_string("general.architecture", "test");
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+    w.add_tensor("rows", {1000, 10}, Type::I8,
+                 Writer::ChunkFillFn([&](void* dst, uint64_t offset, uint64_t n) {
+                   pieces.emplace_back(offset, n);
+                   std::memcpy(dst, src.data() + offset, n);
+                 }),
+                 1000);
+    const std::string path = dir.file("p.gguf");
+    w.write(path);
+    uint64_t next = 0;
+    for (const auto& [off, n] : pieces) {
+      EXPECT_EQ(off, next);
+      EXPECT_EQ(off % 1000, 0u);
+      EXPECT_EQ(n % 1000, 0u);
+      EXPECT_LE(n, std::max<uint64_t>(piece, 1000));
+      next = off + n;
+    }
+    EXPECT_EQ(next, src.size());
+    EXPECT_EQ(pieces.size(), piece >= src.size() ? 1u : (piece < 1000 ? 10u : 3u));
+    const File f = les::gguf::read_file(path);
+    const std::vector<uint8_t> bytes = read_bytes(path);
+    ASSERT_EQ(f.tensors.size(), 1u);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), bytes.begin() + static_cast<ptrdiff_t>(f.data_offset)));
+  }
+}
+
 TEST(GgufRoundTrip, HeaderLargerThanFirstRead) {
   // read_file starts with a 1 MiB prefix; a 3 MiB string forces it to read more.
   TempDir dir;

@@ -245,7 +245,8 @@ TEST(Pack, TinyMoeLogitsBitIdentical) {
   LES_REQUIRE_FILE(tiny_moe_path());
   TempDir d;
   const std::string out = d.file("tiny-moe.packed.gguf");
-  const pack::PackSummary sum = pack::pack_model(tiny_moe_path(), out);
+  // Pieces of ~1 MiB: each layer's tensor (64 experts of 192 KiB) is written in 13 pieces.
+  const pack::PackSummary sum = pack::pack_model(tiny_moe_path(), out, pack::PackOptions{.write_piece = 1 << 20});
   EXPECT_EQ(sum.layers, 8);
   EXPECT_EQ(sum.experts, 8 * 64);
   EXPECT_EQ(sum.padding_bytes, 0u) << "an F16 expert of this model is exactly 48 pages";

@@ -103,6 +103,7 @@ class Writer {
   // tensor name, value out of range for its type, bad dims, alignment not a power of two <= 2^31).
   // A "general.alignment" key (uint32) sets the alignment; one is emitted if it is not 32.
   void set_alignment(uint64_t a);
+  void set_fill_piece(uint64_t bytes) { fill_piece_ = bytes > 0 ? bytes : 1; }
   void add(std::string key, Value v);
   void add_u32(std::string key, uint32_t v);
   void add_i32(std::string key, int32_t v);
@@ -118,6 +119,11 @@ class Writer {
   void add_tensor(std::string name, std::vector<int64_t> ne, Type type, const void* data);
   using FillFn = std::function<void(void* dst, uint64_t n_bytes)>;
   void add_tensor(std::string name, std::vector<int64_t> ne, Type type, FillFn fill);
+  // Bytes [offset, offset+n) of the tensor, filled piecewise: every piece starts at a multiple of
+  // `unit` and is a multiple of it (but for the tensor's end), at most fill_piece bytes (64 MiB
+  // by default) unless unit is larger, so writing never holds a whole large tensor in memory.
+  using ChunkFillFn = std::function<void(void* dst, uint64_t offset, uint64_t n_bytes)>;
+  void add_tensor(std::string name, std::vector<int64_t> ne, Type type, ChunkFillFn fill, uint64_t unit);
   // Writes to path atomically: a temporary file in the same directory, fsync, rename.
   // progress(bytes_done, bytes_total) is called as data are written (may be empty).
   void write(const std::string& path,
@@ -130,12 +136,16 @@ class Writer {
     std::vector<int64_t> ne;
     Type type;
     const void* data;
-    FillFn fill;
+    ChunkFillFn fill;
+    uint64_t unit;  // fill pieces are multiples of this
     uint64_t n_bytes;
   };
+  // Validates and appends a tensor without data (the caller sets data or fill).
+  PendingTensor& declare(std::string name, std::vector<int64_t> ne, Type type);
   // Serialized header (metadata, tensor infos, padding); *data_bytes = padded data section size.
   std::string header_blob(uint64_t* data_bytes) const;
   uint64_t alignment_ = 32;
+  uint64_t fill_piece_ = uint64_t(64) << 20;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<PendingTensor> tensors_;
   std::unordered_set<std::string> tensor_names_;  // duplicate detection

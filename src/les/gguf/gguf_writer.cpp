@@ -289,8 +289,7 @@ void Writer::add_f32_array(std::string key, const std::vector<float>& v) {
 }
 
 void Writer::add_tensor(std::string name, std::vector<int64_t> ne, Type type, const void* data) {
-  add_tensor(std::move(name), std::move(ne), type, FillFn{});
-  PendingTensor& t = tensors_.back();
+  PendingTensor& t = declare(std::move(name), std::move(ne), type);
   if (data == nullptr && t.n_bytes > 0) {
     const std::string n = t.name;
     tensor_names_.erase(n);
@@ -301,6 +300,20 @@ void Writer::add_tensor(std::string name, std::vector<int64_t> ne, Type type, co
 }
 
 void Writer::add_tensor(std::string name, std::vector<int64_t> ne, Type type, FillFn fill) {
+  if (!fill) throw Error(strfmt("gguf writer: tensor '%s': no fill function", name.c_str()));
+  PendingTensor& t = declare(std::move(name), std::move(ne), type);
+  t.fill = [fill = std::move(fill)](void* dst, uint64_t, uint64_t n) { fill(dst, n); };
+  t.unit = std::max<uint64_t>(t.n_bytes, 1);  // one piece: the whole tensor
+}
+
+void Writer::add_tensor(std::string name, std::vector<int64_t> ne, Type type, ChunkFillFn fill, uint64_t unit) {
+  if (!fill || unit == 0) throw Error(strfmt("gguf writer: tensor '%s': no fill function or a zero unit", name.c_str()));
+  PendingTensor& t = declare(std::move(name), std::move(ne), type);
+  t.fill = std::move(fill);
+  t.unit = unit;
+}
+
+Writer::PendingTensor& Writer::declare(std::string name, std::vector<int64_t> ne, Type type) {
   auto bad = [&](const std::string& msg) {
     throw Error(strfmt("gguf writer: tensor '%s': %s", name.c_str(), msg.c_str()));
   };
@@ -324,8 +337,8 @@ void Writer::add_tensor(std::string name, std::vector<int64_t> ne, Type type, Fi
   if (blocks > std::numeric_limits<uint64_t>::max() / 2 / ti->block_bytes) bad("too large");
   const uint64_t n_bytes = blocks * ti->block_bytes;
   tensor_names_.insert(name);
-  tensors_.push_back(PendingTensor{std::move(name), std::move(ne), type, nullptr, std::move(fill),
-                                   n_bytes});
+  tensors_.push_back(PendingTensor{std::move(name), std::move(ne), type, nullptr, {}, 1, n_bytes});
+  return tensors_.back();
 }
 
 std::string Writer::header_blob(uint64_t* data_bytes) const {
@@ -385,17 +398,27 @@ void Writer::write(const std::string& path,
   const std::string zeros(static_cast<size_t>(std::min<uint64_t>(alignment_, kChunk)), '\0');
   std::vector<uint8_t> buf;
   for (const PendingTensor& t : tensors_) {
-    const uint8_t* src = static_cast<const uint8_t*>(t.data);
-    if (t.fill && t.n_bytes > 0) {
-      buf.assign(static_cast<size_t>(t.n_bytes), 0);
-      t.fill(buf.data(), t.n_bytes);
-      src = buf.data();
-    }
-    for (uint64_t o = 0; o < t.n_bytes; o += kChunk) {
-      const uint64_t n = std::min(kChunk, t.n_bytes - o);
-      write_all(tmp.fd(), src + o, n, path);
-      done += n;
-      report();
+    if (t.fill) {
+      const uint64_t piece = t.unit * std::max<uint64_t>(1, fill_piece_ / t.unit);
+      for (uint64_t o = 0; o < t.n_bytes; o += piece) {
+        const uint64_t n = std::min(piece, t.n_bytes - o);
+        buf.assign(static_cast<size_t>(n), 0);
+        t.fill(buf.data(), o, n);
+        for (uint64_t w = 0; w < n; w += kChunk) {
+          const uint64_t m = std::min(kChunk, n - w);
+          write_all(tmp.fd(), buf.data() + w, m, path);
+          done += m;
+          report();
+        }
+      }
+    } else {
+      const uint8_t* src = static_cast<const uint8_t*>(t.data);
+      for (uint64_t o = 0; o < t.n_bytes; o += kChunk) {
+        const uint64_t n = std::min(kChunk, t.n_bytes - o);
+        write_all(tmp.fd(), src + o, n, path);
+        done += n;
+        report();
+      }
     }
     uint64_t pad = align_up(t.n_bytes, alignment_) - t.n_bytes;
     while (pad > 0) {

@@ -133,21 +133,24 @@ void hash_experts(SourceLayer& sl, const uint8_t* data_section, uint64_t& done, 
   for (const auto& s : states) sl.checksums.push_back(XXH3_64bits_digest(s.get()));
 }
 
-// Pass 2: the layer's packed tensor, [n_expert][stride] bytes; every row's checksum is checked
-// against pass 1's.
+// Pass 2: rows [offset/stride, (offset+n)/stride) of the layer's packed tensor ([n_expert][stride]
+// bytes), written piecewise; every row's checksum is checked against pass 1's.
 void fill_rows(const SourceLayer& sl, const uint8_t* data_section, const std::string& path, uint8_t* dst,
-               uint64_t n_bytes) {
-  LES_ASSERT(n_bytes == sl.stride * static_cast<uint64_t>(sl.n_expert));
+               uint64_t offset, uint64_t n_bytes) {
+  LES_ASSERT(offset % sl.stride == 0 && n_bytes % sl.stride == 0 &&
+             offset + n_bytes <= sl.stride * static_cast<uint64_t>(sl.n_expert));
+  const int64_t e0 = static_cast<int64_t>(offset / sl.stride);
+  const int64_t e1 = e0 + static_cast<int64_t>(n_bytes / sl.stride);
   for (int p = 0; p < kParts; ++p) {
     const uint8_t* src = data_section + sl.parts[static_cast<size_t>(p)]->offset;
     const uint64_t eb = sl.expert_bytes[static_cast<size_t>(p)];
-    for (int64_t e = 0; e < sl.n_expert; ++e) {
-      std::memcpy(dst + static_cast<uint64_t>(e) * sl.stride + sl.offset[static_cast<size_t>(p)],
+    for (int64_t e = e0; e < e1; ++e) {
+      std::memcpy(dst + static_cast<uint64_t>(e - e0) * sl.stride + sl.offset[static_cast<size_t>(p)],
                   src + static_cast<uint64_t>(e) * eb, eb);
     }
   }
-  for (int64_t e = 0; e < sl.n_expert; ++e) {
-    uint8_t* row = dst + static_cast<uint64_t>(e) * sl.stride;
+  for (int64_t e = e0; e < e1; ++e) {
+    uint8_t* row = dst + static_cast<uint64_t>(e - e0) * sl.stride;
     std::memset(row + sl.data_bytes, 0, sl.stride - sl.data_bytes);
     if (hash64(row, sl.data_bytes) != sl.checksums[static_cast<size_t>(e)]) {
       throw Error(strfmt("%s: layer %d expert %lld changed while it was being packed (checksum differs between "
@@ -232,6 +235,7 @@ PackSummary pack_model(const std::string& in_path, const std::string& out_path, 
     w.add(layer_key(sl.layer, "checksums"), u64_array(sl.checksums));
   }
 
+  w.set_fill_piece(opt.write_piece);
   // Dense tensors first (contiguous for the streaming loader), then one packed tensor per layer.
   for (const auto& t : in.tensors) {
     int part = 0;
@@ -241,9 +245,10 @@ PackSummary pack_model(const std::string& in_path, const std::string& out_path, 
   for (const auto& sl : layers) {
     const SourceLayer* slp = &sl;
     w.add_tensor(packed_tensor_name(sl.layer), {static_cast<int64_t>(sl.stride), sl.n_expert}, Type::I8,
-                 gguf::Writer::FillFn([slp, data_section, &in_path](void* dst, uint64_t n) {
-                   fill_rows(*slp, data_section, in_path, static_cast<uint8_t*>(dst), n);
-                 }));
+                 gguf::Writer::ChunkFillFn([slp, data_section, &in_path](void* dst, uint64_t offset, uint64_t n) {
+                   fill_rows(*slp, data_section, in_path, static_cast<uint8_t*>(dst), offset, n);
+                 }),
+                 sl.stride);
   }
 
   // Pass 2: write (temporary file, fsync, rename).

@@ -15,6 +15,9 @@ using ProgressFn = std::function<void(uint64_t, uint64_t)>;
 
 struct PackOptions {
   bool overwrite = false;  // replace out_path if it exists (otherwise that is an error)
+  // A layer's packed tensor is assembled and written in pieces of at most this many bytes
+  // (whole experts; one expert if larger), bounding the memory packing needs.
+  uint64_t write_piece = uint64_t(64) << 20;
 };
 
 struct PackSummary {
