@@ -7,7 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "les/model/delta_net.h"
 #include "les/model/expert_source.h"
+#include "les/model/gated_attention.h"
 #include "les/model/matmul.h"
 #include "les/model/model.h"
 #include "les/util/thread_pool.h"
@@ -41,19 +43,24 @@ class Context {
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
-  // Forgets positions >= n (rollback of rejected tokens); 0 resets.
+  // Forgets positions >= n (rollback of rejected tokens); 0 resets. With recurrent (DeltaNet)
+  // layers the state is restored from the snapshot taken at the start of the last eval (or
+  // reset to position 0 when n is before it) and the kept tokens after it are evaluated again:
+  // the result is bit-identical to never having evaluated the forgotten tokens.
   void rollback(int n);
 
   void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
   ThreadPool& pool() { return pool_; }
   const Model& model() const { return model_; }
 
-  // Bytes of KV cache and work buffers (for memory budgets).
+  // Bytes of KV cache, recurrent state (with its snapshot) and work buffers (for memory budgets).
   uint64_t state_bytes() const;
 
  private:
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base);
   void attention(int il, int n, int pos0);
+  void hybrid_mixer(int il, int n, int pos0);  // qwen35moe: DeltaNet or gated attention + residual
+  void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   void ffn(int il, int n);
 
   const Model& model_;
@@ -66,7 +73,13 @@ class Context {
   int n_past_ = 0;
   int n_outputs_ = 0;
 
-  std::vector<float> k_cache_, v_cache_;  // [n_layer][n_ctx][n_kv_k|n_kv_v]
+  std::vector<float> k_cache_, v_cache_;  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v]
+  std::vector<int> kv_slot_;   // [n_layer]: KV cache slot of an attention layer, -1 for recurrent
+  std::vector<int> rec_slot_;  // [n_layer]: recurrent state slot of a DeltaNet layer, else -1
+  std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)
+  std::unique_ptr<RecurrentState> rec_;       // null without recurrent layers
+  std::unique_ptr<DeltaNetMixer> delta_net_;
+  std::unique_ptr<GatedAttentionMixer> gated_attn_;
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
   std::vector<float> logits_;  // [n_outputs][n_vocab]

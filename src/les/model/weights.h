@@ -68,6 +68,18 @@ struct LayerWeights {
   ExpertStack gate, up, down;  // gate/up [n_expert][n_ff][n_embd], down [n_expert][n_embd][n_ff]
   Matrix shexp_gate_inp;    // [1][n_embd] (qwen2moe), optional
   Matrix shexp_gate, shexp_up, shexp_down;  // shared expert, optional
+
+  // Gated DeltaNet mixer (qwen35moe recurrent layers; the attention fields above are then absent).
+  // S = ssm_d_state, conv_dim = 2 * n_k * S + n_v * S.
+  Matrix ssm_qkv;           // attn_qkv [conv_dim][n_embd]: [q (n_k*S) | k (n_k*S) | v (n_v*S)]
+  Matrix ssm_z;             // attn_gate [n_v*S][n_embd]: output gate z
+  Matrix ssm_beta;          // [n_v][n_embd]: write strength (before sigmoid)
+  Matrix ssm_alpha;         // [n_v][n_embd]: decay input
+  Vec ssm_conv1d;           // [conv_dim][d_conv]: tap d_conv-1 multiplies the current token
+  Vec ssm_dt_bias;          // [n_v]
+  Vec ssm_a;                // [n_v]: -exp(A_log)
+  Vec ssm_norm;             // [S]: gated RMSNorm weight (plain, not 1 + w)
+  Matrix ssm_out;           // [n_embd][n_v*S]
 };
 
 struct ModelWeights {

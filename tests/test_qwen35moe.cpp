@@ -1,0 +1,446 @@
+// qwen35moe (hybrid Gated DeltaNet / gated attention MoE): logits against llama.cpp on synthetic
+// models in F32 and quantized types, greedy continuations, batch = token-by-token, thread-count
+// invariance, rollback of the recurrent state, streamed experts, and refused bad files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "les/gguf/gguf.h"
+#include "les/model/context.h"
+#include "les/sched/streaming_experts.h"
+#include "les/synth/synth.h"
+#include "les/util/error.h"
+#include "les/util/hash.h"
+#include "les/util/mapped_file.h"
+#include "greedy_hashes.h"
+#include "llamacpp_ref.h"
+#include "test_util.h"
+
+using namespace les;
+using namespace les::test;
+
+namespace {
+
+// Tiny F32 shape: DeltaNet layers 0 and 2, attention layers 1 and 3; 4 v heads over 2 q/k heads
+// (the tiled head mapping matters); partial rope on 8 of 32 dims.
+synth::SynthSpec tiny_spec(const std::string& type = "f32") {
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.full_attn_interval = 2;
+  s.type = type;
+  s.seed = 11;
+  return s;
+}
+
+// Rows of 256 everywhere so that every K-quant is really used.
+synth::SynthSpec quant_spec(const std::string& type) {
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.n_layer = 4;
+  s.full_attn_interval = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_rot = 16;
+  s.ssm_d_state = 64;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 256;
+  s.n_vocab = 512;
+  s.type = type;
+  s.seed = 7;
+  return s;
+}
+
+std::string write_model(const synth::SynthSpec& s, const std::string& dir, const std::string& name = "model.gguf") {
+  const std::string path = dir + "/" + name;
+  synth::write_synth_model(s, path);
+  return path;
+}
+
+std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
+  std::vector<int32_t> v;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    v.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(n_vocab - 8)));
+  }
+  return v;
+}
+
+struct Agreement {
+  double max_abs = 0;   // max |ours - llama.cpp| over all logits
+  double mean_rel = 0;  // mean over positions of max|diff| / (max - min of llama.cpp's logits)
+  int positions = 0;
+  int argmax_agree = 0;
+};
+
+Agreement compare(const std::string& path, const std::vector<std::vector<int32_t>>& seqs, const std::string& dir) {
+  Agreement a;
+  const std::vector<float> ref = llamacpp_logits(path, seqs, dir);
+  auto m = Model::load(path);
+  const int nv = m->config().n_vocab;
+  size_t total = 0;
+  for (const auto& s : seqs) total += s.size();
+  EXPECT_EQ(ref.size(), total * static_cast<size_t>(nv)) << "llama.cpp produced no or partial logits";
+  if (ref.size() != total * static_cast<size_t>(nv)) return a;
+  size_t row = 0;
+  for (const auto& s : seqs) {
+    Context ctx(*m, ContextParams{.n_ctx = 128, .n_threads = 2});
+    ctx.eval(s, true);
+    for (int i = 0; i < ctx.n_outputs(); ++i, ++row) {
+      const float* ours = ctx.logits(i);
+      const float* theirs = ref.data() + row * static_cast<size_t>(nv);
+      float lo = theirs[0], hi = theirs[0];
+      double md = 0;
+      for (int v = 0; v < nv; ++v) {
+        md = std::max(md, static_cast<double>(std::fabs(ours[v] - theirs[v])));
+        lo = std::min(lo, theirs[v]);
+        hi = std::max(hi, theirs[v]);
+      }
+      a.max_abs = std::max(a.max_abs, md);
+      a.mean_rel += md / std::max(1e-6, static_cast<double>(hi - lo));
+      ++a.positions;
+      a.argmax_agree += std::max_element(ours, ours + nv) - ours == std::max_element(theirs, theirs + nv) - theirs;
+    }
+  }
+  if (a.positions) a.mean_rel /= a.positions;
+  return a;
+}
+
+// All logits of `tokens` evaluated in one call (n_batch = the whole prompt).
+std::vector<float> batch_logits(const Model& m, const std::vector<int32_t>& tokens, int threads = 1) {
+  Context ctx(m, ContextParams{.n_ctx = 256, .n_threads = threads, .n_batch = 512});
+  ctx.eval(tokens, true);
+  const size_t nv = static_cast<size_t>(m.config().n_vocab);
+  return std::vector<float>(ctx.logits(0), ctx.logits(0) + nv * tokens.size());
+}
+
+std::vector<float> last_logits(const Context& ctx) {
+  const float* l = ctx.last_logits();
+  return std::vector<float>(l, l + ctx.model().config().n_vocab);
+}
+
+// Copies a GGUF file with its metadata passed through `edit` (tensors unchanged; a tensor named
+// in drop_tensor is left out).
+void rewrite(const std::string& in, const std::string& out,
+             const std::function<void(std::vector<std::pair<std::string, gguf::Value>>&)>& edit,
+             const std::string& drop_tensor = "") {
+  const gguf::File f = gguf::read_file(in);
+  const MappedFile map = MappedFile::open(in);
+  auto kv = f.kv;
+  edit(kv);
+  gguf::Writer w;
+  w.set_alignment(f.alignment);
+  for (auto& [k, v] : kv) {
+    if (k != "general.alignment") w.add(k, v);
+  }
+  for (const auto& t : f.tensors) {
+    if (t.name == drop_tensor) continue;
+    w.add_tensor(t.name, t.ne, t.type, static_cast<const void*>(map.data() + f.data_offset + t.offset));
+  }
+  w.write(out);
+}
+
+void erase_key(std::vector<std::pair<std::string, gguf::Value>>& kv, const std::string& key) {
+  kv.erase(std::remove_if(kv.begin(), kv.end(), [&](const auto& p) { return p.first == key; }), kv.end());
+}
+
+gguf::Value* find_key(std::vector<std::pair<std::string, gguf::Value>>& kv, const std::string& key) {
+  for (auto& [k, v] : kv) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void cleanup(const std::string& dir) {
+  const std::string cmd = "rm -rf '" + dir + "'";
+  (void)std::system(cmd.c_str());
+}
+
+}  // namespace
+
+TEST(Qwen35Moe, ConfigAndLayerPattern) {
+  const std::string dir = temp_dir();
+  synth::SynthSpec s = tiny_spec();
+  s.n_layer = 8;
+  s.full_attn_interval = 4;
+  auto m = Model::load(write_model(s, dir));
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.arch, Arch::qwen35moe);
+  EXPECT_EQ(c.n_layer, 8);
+  ASSERT_EQ(c.recurrent.size(), 8u);
+  for (int il = 0; il < 8; ++il) EXPECT_EQ(c.is_recurrent(il), il != 3 && il != 7) << il;
+  EXPECT_EQ(c.ssm_d_state, s.ssm_d_state);
+  EXPECT_EQ(c.ssm_n_k_heads, s.ssm_n_k_heads);
+  EXPECT_EQ(c.ssm_n_v_heads, s.ssm_n_v_heads);
+  EXPECT_EQ(c.n_rot, s.n_rot);
+  EXPECT_EQ(c.rope_type, RopeType::imrope);
+  EXPECT_EQ(c.n_ff_shexp, s.n_ff_shexp);
+  // The recurrent state (conv + delta-rule, with its snapshot) is part of the context's memory.
+  Context ctx(*m, ContextParams{.n_ctx = 32});
+  const uint64_t per_layer = (uint64_t(s.ssm_d_conv - 1) * c.ssm_conv_dim() +
+                              uint64_t(s.ssm_n_v_heads) * s.ssm_d_state * s.ssm_d_state) * sizeof(float);
+  const uint64_t kv = 2ull * 2 * 32 * c.n_kv_k() * sizeof(float);  // 2 attention layers only
+  EXPECT_GE(ctx.state_bytes(), kv + 6 * 2 * per_layer);
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, NamedShapes) {
+  const synth::SynthSpec s = synth::shape_spec("qwen35-35b-a3b");
+  EXPECT_EQ(s.arch, Arch::qwen35moe);
+  EXPECT_EQ(s.n_layer, 40);
+  EXPECT_EQ(s.n_embd, 2048);
+  EXPECT_EQ(s.ssm_n_k_heads, 16);
+  EXPECT_EQ(s.ssm_n_v_heads, 32);
+  EXPECT_EQ(s.ssm_d_state, 128);
+  EXPECT_EQ(s.n_head, 16);
+  EXPECT_EQ(s.n_head_kv, 2);
+  EXPECT_EQ(s.head_dim, 256);
+  EXPECT_EQ(s.n_rot, 64);
+  EXPECT_EQ(s.n_expert, 256);
+  EXPECT_EQ(s.n_expert_used, 8);
+  EXPECT_EQ(s.n_ff_exp, 512);
+  EXPECT_EQ(s.n_ff_shexp, 512);
+  EXPECT_EQ(s.n_vocab, 248320);
+  EXPECT_NO_THROW(synth::validate(s));
+  EXPECT_GT(synth::synth_file_bytes(s), 10ull << 30);  // ~35 B parameters in q8_0
+  // Any shape can be made a qwen35moe.
+  EXPECT_NO_THROW(synth::validate(synth::shape_spec("tiny", Arch::qwen35moe)));
+  synth::SynthSpec bad = tiny_spec();
+  bad.ssm_n_v_heads = 3;
+  EXPECT_THROW(synth::validate(bad), Error);
+}
+
+struct TypeCase {
+  const char* type;
+};
+
+class Qwen35MoeVsLlamaCpp : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(Qwen35MoeVsLlamaCpp, Logits) {
+  LES_REQUIRE_LLAMACPP();
+  const std::string type = GetParam().type;
+  const std::string dir = temp_dir();
+  const synth::SynthSpec s = type == "f32" ? tiny_spec() : quant_spec(type);
+  const std::string path = write_model(s, dir);
+  const std::vector<std::vector<int32_t>> seqs = {random_tokens(24, s.n_vocab, 3), random_tokens(12, s.n_vocab, 4)};
+  const Agreement a = compare(path, seqs, dir);
+  std::printf("qwen35moe %-6s max|diff| %.3g  mean rel %.3g  argmax %d/%d\n", type.c_str(), a.max_abs, a.mean_rel,
+              a.argmax_agree, a.positions);
+  ASSERT_GT(a.positions, 0);
+  if (type == "f32") {
+    EXPECT_LE(a.max_abs, 1e-4);
+    EXPECT_EQ(a.argmax_agree, a.positions);
+  } else {
+    EXPECT_GE(a.argmax_agree, a.positions - a.positions / 100) << "argmax agreement below 99%";
+    EXPECT_LE(a.mean_rel, 2e-3);
+  }
+  cleanup(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Qwen35MoeVsLlamaCpp,
+                         ::testing::Values(TypeCase{"f32"}, TypeCase{"f16"}, TypeCase{"q8_0"}, TypeCase{"q4_K"},
+                                           TypeCase{"q6_K"}, TypeCase{"q4_k_m"}),
+                         [](const ::testing::TestParamInfo<TypeCase>& info) { return std::string(info.param.type); });
+
+TEST(Qwen35MoeVsLlamaCppGreedy, ContinuationsEqual) {
+  LES_REQUIRE_LLAMACPP();
+  const std::string dir = temp_dir();
+  const synth::SynthSpec s = tiny_spec();
+  const std::string path = write_model(s, dir);
+  auto m = Model::load(path);
+  for (uint64_t seed : {5, 6}) {
+    const std::vector<int32_t> prompt = random_tokens(6, s.n_vocab, seed);
+    const int n_gen = 20;
+    const std::string json = dir + "/greedy.json";
+    const std::string cmd = "node " + llamacpp_ref_dir() + "/greedy.mjs --model '" + path + "' --tokens " +
+                            join_ids(prompt) + " -n " + std::to_string(n_gen) + " --json '" + json + "' > '" + dir +
+                            "/greedy.log' 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(json);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    const size_t at = text.find("\"gen_tokens\"");
+    ASSERT_NE(at, std::string::npos);
+    std::vector<int32_t> theirs;
+    size_t i = text.find('[', at) + 1;
+    while (theirs.size() < static_cast<size_t>(n_gen)) {
+      size_t end = 0;
+      theirs.push_back(static_cast<int32_t>(std::stol(text.substr(i), &end)));
+      i += end;
+      i = text.find_first_of("0123456789]", i);
+      if (text[i] == ']') break;
+    }
+    Context ctx(*m, ContextParams{.n_ctx = 64});
+    ctx.eval(prompt, false);
+    std::vector<int32_t> ours;
+    for (int k = 0; k < n_gen; ++k) {
+      const float* lg = ctx.last_logits();
+      const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + s.n_vocab) - lg);
+      ours.push_back(next);
+      ctx.eval(std::span<const int32_t>(&next, 1), false);
+    }
+    EXPECT_EQ(ours, theirs) << "seed " << seed;
+  }
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, PrefillEqualsTokenByTokenAndThreadCounts) {
+  const std::string dir = temp_dir();
+  for (const std::string type : {"f32", "q4_K"}) {
+    const synth::SynthSpec s = type == "f32" ? tiny_spec() : quant_spec(type);
+    auto m = Model::load(write_model(s, dir, type + ".gguf"));
+    const std::vector<int32_t> tokens = random_tokens(100, s.n_vocab, 9);
+    const std::vector<float> batch = batch_logits(*m, tokens, 1);
+    EXPECT_EQ(batch_logits(*m, tokens, 3), batch) << type << ": logits depend on the thread count";
+    Context ctx(*m, ContextParams{.n_ctx = 256, .n_threads = 2});
+    const size_t nv = static_cast<size_t>(s.n_vocab);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      ctx.eval(std::span<const int32_t>(&tokens[i], 1), false);
+      const std::vector<float> one = last_logits(ctx);
+      ASSERT_TRUE(std::equal(one.begin(), one.end(), batch.begin() + static_cast<std::ptrdiff_t>(i * nv)))
+          << type << ": token-by-token differs from one batch at position " << i;
+    }
+  }
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, RollbackRestoresRecurrentState) {
+  const std::string dir = temp_dir();
+  const synth::SynthSpec s = tiny_spec();
+  auto m = Model::load(write_model(s, dir));
+  const std::vector<int32_t> a = random_tokens(10, s.n_vocab, 1), b = random_tokens(4, s.n_vocab, 2),
+                             c = random_tokens(3, s.n_vocab, 3);
+  Context ctx(*m, ContextParams{.n_ctx = 64, .n_threads = 2});
+  ctx.eval(a, false);
+  ctx.eval(b, true);
+  std::vector<float> first(ctx.logits(0), ctx.logits(0) + s.n_vocab * b.size());
+  // Rollback to the snapshot (start of the last eval), then the same tokens again.
+  ctx.rollback(static_cast<int>(a.size()));
+  ctx.eval(b, true);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), ctx.logits(0))) << "eval A, B, rollback |A|, eval B differs";
+  // Rollback into the last eval (speculative decoding: keep 2 of 4 draft tokens), then continue.
+  ctx.rollback(static_cast<int>(a.size()) + 2);
+  ctx.eval(c, false);
+  std::vector<int32_t> ref_tokens = a;
+  ref_tokens.insert(ref_tokens.end(), b.begin(), b.begin() + 2);
+  ref_tokens.insert(ref_tokens.end(), c.begin(), c.end());
+  Context fresh(*m, ContextParams{.n_ctx = 64, .n_threads = 1});
+  fresh.eval(ref_tokens, false);
+  EXPECT_EQ(last_logits(ctx), last_logits(fresh)) << "rollback inside the last eval";
+  // Rollback before the snapshot: recomputed from position 0.
+  ctx.rollback(5);
+  ctx.eval(c, false);
+  std::vector<int32_t> ref2(a.begin(), a.begin() + 5);
+  ref2.insert(ref2.end(), c.begin(), c.end());
+  Context fresh2(*m, ContextParams{.n_ctx = 64});
+  fresh2.eval(ref2, false);
+  EXPECT_EQ(last_logits(ctx), last_logits(fresh2)) << "rollback before the snapshot";
+  // Rollback to 0 resets.
+  ctx.rollback(0);
+  ctx.eval(c, false);
+  Context fresh3(*m, ContextParams{.n_ctx = 64});
+  fresh3.eval(c, false);
+  EXPECT_EQ(last_logits(ctx), last_logits(fresh3)) << "rollback to 0";
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, StreamedExpertsBitIdentical) {
+  const std::string dir = temp_dir();
+  synth::SynthSpec s = tiny_spec("q8_0");
+  s.n_embd = 128;
+  s.n_ff_exp = 64;
+  s.n_ff_shexp = 64;
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  const std::string path = write_model(s, dir);
+  auto resident = Model::load(path);
+  auto streamed = Model::load(path, LoadOptions{.map_experts = false});
+  EXPECT_EQ(streamed->weights().layers[0].gate.data, nullptr);
+  const std::vector<int32_t> prompt = random_tokens(8, s.n_vocab, 4);
+  const auto ref = greedy_hashes(*resident, nullptr, prompt, 10, 1);
+  for (Schedule sch : {Schedule::ondemand, Schedule::lookahead}) {
+    for (int slots : {4, 24}) {
+      StreamingExperts ex(*streamed, stream_opts(*streamed, sch, storage::IoMode::pread, slots));
+      EXPECT_EQ(greedy_hashes(*streamed, &ex, prompt, 10, 2), ref) << schedule_name(sch) << " slots=" << slots;
+      EXPECT_GT(ex.stats().total().selected, 0u);
+    }
+  }
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, BadFilesAreRefused) {
+  const std::string dir = temp_dir();
+  const std::string good = write_model(tiny_spec(), dir, "good.gguf");
+  const std::string bad = dir + "/bad.gguf";
+  auto expect_error = [&](const std::string& what, const std::string& needle) {
+    try {
+      Model::load(bad);
+      ADD_FAILURE() << what << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  for (const char* key : {"rope.dimension_count", "rope.freq_base", "rope.dimension_sections", "ssm.conv_kernel",
+                          "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
+                          "attention.layer_norm_rms_epsilon", "attention.key_length"}) {
+    const std::string k = std::string("qwen35moe.") + key;
+    rewrite(good, bad, [&](auto& kv) { erase_key(kv, k); });
+    expect_error(k, k);
+  }
+  rewrite(good, bad, [](auto& kv) { find_key(kv, "qwen35moe.ssm.inner_size")->u64 = 100; });
+  expect_error("inner size", "inner_size");
+  rewrite(good, bad, [](auto& kv) { find_key(kv, "qwen35moe.ssm.time_step_rank")->u64 = 3; });
+  expect_error("v heads not a multiple", "time_step_rank");
+  rewrite(good, bad, [](auto& kv) {
+    gguf::Value arr;
+    arr.type = gguf::ValueType::ARRAY;
+    arr.elem_type = gguf::ValueType::BOOL;
+    for (int i = 0; i < 3; ++i) {
+      gguf::Value b;
+      b.type = gguf::ValueType::BOOL;
+      b.u64 = 1;
+      arr.arr.push_back(b);
+    }
+    kv.emplace_back("qwen35moe.attention.recurrent_layers", arr);
+  });
+  expect_error("recurrent_layers length", "recurrent_layers");
+  rewrite(good, bad, [](auto&) {}, "blk.0.ssm_conv1d.weight");
+  expect_error("missing tensor", "blk.0.ssm_conv1d.weight");
+  rewrite(good, bad, [](auto& kv) { find_key(kv, "qwen35moe.full_attention_interval")->u64 = 3; });
+  expect_error("layer pattern disagreeing with the tensors", "missing tensor");
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, RecurrentLayersArrayTakesPrecedence) {
+  const std::string dir = temp_dir();
+  const std::string good = write_model(tiny_spec(), dir, "good.gguf");  // interval 2: layers 1, 3 attention
+  const std::string alt = dir + "/alt.gguf";
+  rewrite(good, alt, [](auto& kv) {
+    find_key(kv, "qwen35moe.full_attention_interval")->u64 = 4;  // would make layers 0, 1, 2 DeltaNet
+    gguf::Value arr;
+    arr.type = gguf::ValueType::ARRAY;
+    arr.elem_type = gguf::ValueType::BOOL;
+    for (int i = 0; i < 4; ++i) {
+      gguf::Value b;
+      b.type = gguf::ValueType::BOOL;
+      b.u64 = i % 2 == 0;
+      arr.arr.push_back(b);
+    }
+    kv.emplace_back("qwen35moe.attention.recurrent_layers", arr);
+  });
+  auto m = Model::load(alt);
+  EXPECT_TRUE(m->config().is_recurrent(0));
+  EXPECT_FALSE(m->config().is_recurrent(1));
+  cleanup(dir);
+}
