@@ -83,11 +83,21 @@ uint64_t RecurrentState::bytes() const {
   return (conv_.size() + conv_snap_.size() + ssm_[0].size() + ssm_[1].size()) * sizeof(float);
 }
 
+uint64_t RecurrentState::bytes_for(const ModelConfig& c) {
+  const uint64_t conv = uint64_t(c.ssm_conv_dim()) * uint64_t(c.ssm_d_conv - 1);
+  const uint64_t ssm = uint64_t(c.ssm_n_v_heads) * uint64_t(c.ssm_d_state) * uint64_t(c.ssm_d_state);
+  return 2 * (conv + ssm) * uint64_t(c.n_recurrent()) * sizeof(float);  // state + snapshot
+}
+
 // --- DeltaNetMixer -------------------------------------------------------------------------------
 
 uint64_t DeltaNetMixer::bytes() const {
   return (mixed_.size() + y_.size() + z_.size() + beta_.size() + g_.size() + o_.size()) * sizeof(float) +
          acts_.buf.size();
+}
+
+uint64_t DeltaNetMixer::floats_per_token(const ModelConfig& c) {
+  return 2 * uint64_t(c.ssm_conv_dim()) + 2 * uint64_t(c.ssm_value_dim()) + 2 * uint64_t(c.ssm_n_v_heads);
 }
 
 void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, const float* x, int n, float* out,
@@ -159,7 +169,6 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
   const float* m_in = st.ssm_read(r);
   float* m_out = st.ssm_write(r);
   pool.parallel_for(nv, 1, [&](int, int64_t h0, int64_t h1) {
-    std::vector<float> delta(sz(S));
     for (int64_t h = h0; h < h1; ++h) {
       const float* src = m_in + sz(h) * sz(S) * sz(S);
       float* M = m_out + sz(h) * sz(S) * sz(S);  // [value j][key i]
@@ -172,15 +181,17 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
         const float beta = beta_[sz(t) * sz(nv) + sz(h)];
         const float decay = std::exp(g_[sz(t) * sz(nv) + sz(h)]);
         const float* from = t == 0 ? src : M;
-        for (int64_t e = 0; e < S * S; ++e) M[e] = from[e] * decay;
-        for (int64_t j = 0; j < S; ++j) delta[sz(j)] = (v[j] - dot(M + sz(j) * sz(S), k, S)) * beta;
-        for (int64_t j = 0; j < S; ++j) {
-          float* mj = M + sz(j) * sz(S);
-          const float dj = delta[sz(j)];
-          for (int64_t i = 0; i < S; ++i) mj[i] += k[i] * dj;
-        }
         float* o = o_.data() + sz(t) * sz(vd) + sz(h) * sz(S);
-        for (int64_t j = 0; j < S; ++j) o[j] = dot(M + sz(j) * sz(S), q, S) * inv_sqrt_s;
+        // Row j of M (value j, all keys) depends on delta_j only: decay, delta, update and read
+        // out row by row while it is in L1. Per element the operations are ggml's, in its order.
+        for (int64_t j = 0; j < S; ++j) {
+          const float* fj = from + sz(j) * sz(S);
+          float* mj = M + sz(j) * sz(S);
+          for (int64_t i = 0; i < S; ++i) mj[i] = fj[i] * decay;
+          const float dj = (v[j] - dot(mj, k, S)) * beta;
+          for (int64_t i = 0; i < S; ++i) mj[i] += k[i] * dj;
+          o[j] = dot(mj, q, S) * inv_sqrt_s;
+        }
       }
     }
   });

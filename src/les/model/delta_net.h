@@ -47,6 +47,8 @@ class RecurrentState {
   void ssm_written(int r) { first_[static_cast<size_t>(r)] = 0; }
 
   uint64_t bytes() const;
+  // What bytes() is for a model (for memory budgets before a context exists).
+  static uint64_t bytes_for(const ModelConfig& c);
 
  private:
   size_t conv_per_layer_ = 0, ssm_per_layer_ = 0;
@@ -69,6 +71,8 @@ class DeltaNetMixer {
                ThreadPool& pool);
 
   uint64_t bytes() const;
+  // Float work buffers per token of a batch (for memory budgets).
+  static uint64_t floats_per_token(const ModelConfig& c);
 
  private:
   const ModelConfig& c_;
