@@ -13,6 +13,7 @@
 
 #include "les/gguf/gguf.h"
 #include "les/model/context.h"
+#include "les/pack/pack.h"
 #include "les/sched/budget.h"
 #include "les/sched/streaming_experts.h"
 #include "les/synth/synth.h"
@@ -309,6 +310,11 @@ TEST(Qwen35Moe, PrefillEqualsTokenByTokenAndThreadCounts) {
     const std::vector<int32_t> tokens = random_tokens(100, s.n_vocab, 9);
     const std::vector<float> batch = batch_logits(*m, tokens, 1);
     EXPECT_EQ(batch_logits(*m, tokens, 3), batch) << type << ": logits depend on the thread count";
+    {
+      Context chunked(*m, ContextParams{.n_ctx = 256, .n_threads = 2, .n_batch = 7});
+      chunked.eval(tokens, true);
+      EXPECT_TRUE(std::equal(batch.begin(), batch.end(), chunked.logits(0))) << type << ": batches of 7 differ";
+    }
     Context ctx(*m, ContextParams{.n_ctx = 256, .n_threads = 2});
     const size_t nv = static_cast<size_t>(s.n_vocab);
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -375,11 +381,19 @@ TEST(Qwen35Moe, StreamedExpertsBitIdentical) {
   EXPECT_EQ(streamed->weights().layers[0].gate.data, nullptr);
   const std::vector<int32_t> prompt = random_tokens(8, s.n_vocab, 4);
   const auto ref = greedy_hashes(*resident, nullptr, prompt, 10, 1);
-  for (Schedule sch : {Schedule::ondemand, Schedule::lookahead}) {
-    for (int slots : {4, 24}) {
-      StreamingExperts ex(*streamed, stream_opts(*streamed, sch, storage::IoMode::pread, slots));
-      EXPECT_EQ(greedy_hashes(*streamed, &ex, prompt, 10, 2), ref) << schedule_name(sch) << " slots=" << slots;
-      EXPECT_GT(ex.stats().total().selected, 0u);
+  // The packed form of the same model (one 4 KiB-aligned extent per expert) streams the same.
+  const std::string packed_path = dir + "/packed.gguf";
+  pack::pack_model(path, packed_path);
+  auto packed = Model::load(packed_path, LoadOptions{.map_experts = false});
+  ASSERT_NE(packed->packed(), nullptr);
+  for (const Model* sm : {streamed.get(), packed.get()}) {
+    for (Schedule sch : {Schedule::ondemand, Schedule::lookahead}) {
+      for (int slots : {4, 24}) {
+        StreamingExperts ex(*sm, stream_opts(*sm, sch, storage::IoMode::pread, slots));
+        EXPECT_EQ(greedy_hashes(*sm, &ex, prompt, 10, 2), ref)
+            << schedule_name(sch) << " slots=" << slots << (sm == packed.get() ? " packed" : "");
+        EXPECT_GT(ex.stats().total().selected, 0u);
+      }
     }
   }
   cleanup(dir);
