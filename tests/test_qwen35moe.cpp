@@ -464,3 +464,88 @@ TEST(Qwen35Moe, RecurrentLayersArrayTakesPrecedence) {
   EXPECT_FALSE(m->config().is_recurrent(1));
   cleanup(dir);
 }
+
+TEST(Qwen35Moe, MtpBlockIsNotRunByTheMainPass) {
+  const std::string dir = temp_dir();
+  synth::SynthSpec s = tiny_spec();
+  const std::string plain = write_model(s, dir, "plain.gguf");
+  s.n_mtp = 1;
+  const std::string with_mtp = write_model(s, dir, "mtp.gguf");
+  auto a = Model::load(plain);
+  auto b = Model::load(with_mtp);
+  EXPECT_EQ(b->config().n_layer, s.n_layer);
+  EXPECT_EQ(b->config().n_layer_nextn, 1);
+  EXPECT_FALSE(a->weights().mtp.present());
+  EXPECT_TRUE(b->weights().mtp.present());
+  // The trunk tensors are the same (a tensor depends on the seed and its name only).
+  const std::vector<int32_t> tokens = random_tokens(20, s.n_vocab, 8);
+  EXPECT_EQ(batch_logits(*a, tokens), batch_logits(*b, tokens));
+  if (llamacpp_available()) {  // llama.cpp skips the MTP block too
+    const Agreement ag = compare(with_mtp, {tokens}, dir);
+    std::printf("qwen35moe with MTP block, f32: max|diff| %.3g  argmax %d/%d\n", ag.max_abs, ag.argmax_agree,
+                ag.positions);
+    EXPECT_LE(ag.max_abs, 1e-4);
+    EXPECT_EQ(ag.argmax_agree, ag.positions);
+  }
+  cleanup(dir);
+}
+
+TEST(Qwen35Moe, MtpDraftHead) {
+  const std::string dir = temp_dir();
+  synth::SynthSpec s = tiny_spec();
+  s.n_mtp = 1;
+  const std::string path = write_model(s, dir);
+  auto m = Model::load(path);
+  const int E = s.n_embd, V = s.n_vocab;
+  const std::vector<int32_t> tokens = random_tokens(12, V, 21);
+  Context ctx(*m, ContextParams{.n_ctx = 64, .n_threads = 2});
+  ASSERT_TRUE(ctx.has_mtp());
+  ctx.eval(tokens, true);
+  // hidden(i) is the vector the LM head multiplies: logits = output . hidden.
+  {
+    const Matrix& out = m->weights().output;
+    const float* row0 = reinterpret_cast<const float*>(out.row(0));
+    double dot = 0;
+    for (int j = 0; j < E; ++j) dot += double(row0[j]) * ctx.hidden(5)[j];
+    EXPECT_NEAR(dot, ctx.logits(5)[0], 1e-4);
+  }
+  // Catch-up: MTP position p gets (x_p, h_{p-1}), position 0 a zero vector.
+  std::vector<float> h_prev(static_cast<size_t>(E) * tokens.size(), 0.0f);
+  for (size_t p = 1; p < tokens.size(); ++p) {
+    std::copy(ctx.hidden(int(p - 1)), ctx.hidden(int(p - 1)) + E, h_prev.begin() + std::ptrdiff_t(p * E));
+  }
+  ctx.mtp_eval(tokens, h_prev.data());
+  EXPECT_EQ(ctx.mtp_n_past(), int(tokens.size()));
+  const std::vector<float> batch(ctx.mtp_logits(0), ctx.mtp_logits(0) + size_t(V) * tokens.size());
+  for (float x : batch) ASSERT_TRUE(std::isfinite(x));
+  // Row by row equals one batch; the thread count does not matter.
+  Context one(*m, ContextParams{.n_ctx = 64, .n_threads = 1});
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    one.mtp_eval(std::span<const int32_t>(&tokens[p], 1), h_prev.data() + p * size_t(E));
+    ASSERT_TRUE(std::equal(one.mtp_logits(0), one.mtp_logits(0) + V, batch.begin() + std::ptrdiff_t(p * V)))
+        << "MTP row " << p;
+  }
+  // A 3-step draft chain: step 0 feeds (sampled token, target hidden of the last position), step j
+  // (draft j-1, the MTP's own hidden). The MTP's hidden may be passed straight back.
+  const int32_t t0 = static_cast<int32_t>(std::max_element(ctx.last_logits(), ctx.last_logits() + V) - ctx.last_logits());
+  std::vector<int32_t> drafts;
+  int32_t next = t0;
+  ctx.mtp_eval(std::span<const int32_t>(&next, 1), ctx.hidden(int(tokens.size()) - 1));
+  for (int j = 0; j < 3; ++j) {
+    next = static_cast<int32_t>(std::max_element(ctx.mtp_logits(0), ctx.mtp_logits(0) + V) - ctx.mtp_logits(0));
+    drafts.push_back(next);
+    if (j < 2) ctx.mtp_eval(std::span<const int32_t>(&next, 1), ctx.mtp_hidden(0));
+  }
+  EXPECT_EQ(ctx.mtp_n_past(), int(tokens.size()) + 3);
+  // Rolling the MTP cache back and repeating a step gives the same draft.
+  std::vector<float> h0(ctx.hidden(int(tokens.size()) - 1), ctx.hidden(int(tokens.size()) - 1) + E);
+  ctx.mtp_rollback(int(tokens.size()));
+  ctx.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data());
+  EXPECT_EQ(std::max_element(ctx.mtp_logits(0), ctx.mtp_logits(0) + V) - ctx.mtp_logits(0), drafts[0]);
+  EXPECT_THROW(ctx.mtp_rollback(100), Error);
+  // Streamed experts cannot draft; a model without MTP neither.
+  auto streamed = Model::load(path, LoadOptions{.map_experts = false});
+  Context sc(*streamed, ContextParams{.n_ctx = 16});
+  EXPECT_THROW(sc.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data()), Error);
+  cleanup(dir);
+}

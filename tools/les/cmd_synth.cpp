@@ -59,6 +59,7 @@ int cmd_synth(int argc, char** argv) {
           {{"--ssm-k-heads"}, true, "qwen35moe: DeltaNet q/k heads", "N"},
           {{"--ssm-v-heads"}, true, "qwen35moe: DeltaNet v heads (a multiple of the q/k heads)", "N"},
           {{"--ssm-conv"}, true, "qwen35moe: causal conv width (default 4)", "N"},
+          {{"--mtp"}, true, "qwen35moe: MTP (NextN) draft blocks after the trunk, 0 or 1 (default 0)", "N"},
           {{"--vocab"}, true, "vocabulary size (>= 259)", "N"},
           {{"--ctx"}, true, "training context length written to the file", "N"},
           {{"--rope-base"}, true, "rope frequency base", "X"},
@@ -115,6 +116,7 @@ int cmd_synth(int argc, char** argv) {
   int_flag("--ssm-k-heads", s.ssm_n_k_heads);
   int_flag("--ssm-v-heads", s.ssm_n_v_heads);
   int_flag("--ssm-conv", s.ssm_d_conv);
+  int_flag("--mtp", s.n_mtp);
   int_flag("--vocab", s.n_vocab);
   int_flag("--ctx", s.n_ctx);
   s.rope_freq_base = static_cast<float>(a.f64("--rope-base", s.rope_freq_base));

@@ -38,6 +38,10 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     kv_slot_.push_back(rec ? -1 : n_kv_layers++);
     rec_slot_.push_back(rec ? n_rec_layers++ : -1);
   }
+  if (has_mtp()) {  // the MTP block is layer n_layer, an attention layer with its own KV cache
+    kv_slot_.push_back(n_kv_layers++);
+    rec_slot_.push_back(-1);
+  }
   k_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
   v_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
   tokens_.assign(sz(n_ctx_), 0);
@@ -58,12 +62,82 @@ uint64_t Context::state_bytes() const {
                          ex_g_.size() + ex_u_.size() + ex_y_.size()) * sizeof(float);
   const uint64_t recurrent = rec_ ? rec_->bytes() + delta_net_->bytes() : 0;
   const uint64_t gated = gated_attn_ ? gated_attn_->bytes() : 0;
-  return kv + work + recurrent + gated;
+  const uint64_t mtp = (hidden_.size() + mtp_in_.size() + mtp_hidden_.size() + mtp_logits_.size()) * sizeof(float);
+  return kv + work + recurrent + gated + mtp;
 }
 
 const float* Context::logits(int i) const {
   LES_ASSERT(i >= 0 && i < n_outputs_);
   return logits_.data() + sz(i) * sz(cfg_.n_vocab);
+}
+
+const float* Context::hidden(int i) const {
+  LES_ASSERT(i >= 0 && i < n_outputs_);
+  return hidden_.data() + sz(i) * sz(cfg_.n_embd);
+}
+
+const float* Context::mtp_logits(int i) const {
+  LES_ASSERT(i >= 0 && i < mtp_rows_);
+  return mtp_logits_.data() + sz(i) * sz(cfg_.n_vocab);
+}
+
+const float* Context::mtp_hidden(int i) const {
+  LES_ASSERT(i >= 0 && i < mtp_rows_);
+  return mtp_hidden_.data() + sz(i) * sz(cfg_.n_embd);
+}
+
+void Context::mtp_rollback(int n) {
+  if (n < 0 || n > mtp_n_past_) throw Error(strfmt("MTP rollback to %d is outside [0, %d]", n, mtp_n_past_));
+  mtp_n_past_ = n;
+}
+
+void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
+  const MtpWeights& t = model_.weights().mtp;
+  if (!t.present()) throw Error("mtp_eval: the model has no MTP (NextN) block");
+  if (!t.block.gate.data) throw Error("mtp_eval: the MTP block's experts are not resident (streamed model)");
+  if (tokens.empty()) throw Error("mtp_eval: no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
+    }
+  }
+  if (mtp_n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
+    throw Error(strfmt("MTP context is full: %d positions used + %zu new rows > context size %d", mtp_n_past_,
+                       tokens.size(), n_ctx_));
+  }
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
+  const int n_total = static_cast<int>(tokens.size());
+  // The input may be this context's own mtp_hidden() (a draft chain): copy it before writing.
+  const std::vector<float> h_in(hidden, hidden + sz(n_total) * sz(E));
+  mtp_rows_ = n_total;
+  ensure(mtp_hidden_, sz(n_total) * sz(E));
+  ensure(mtp_logits_, sz(n_total) * sz(V));
+  const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(t.embed.type)];
+  LES_ASSERT(deq != nullptr);
+  for (int b = 0; b < n_total; b += n_batch_) {
+    const int n = std::min(n_batch_, n_total - b);
+    ensure(h_, sz(n) * sz(E));
+    ensure(xn_, sz(n) * sz(E));
+    ensure(tmp_, sz(n) * sz(E));
+    ensure(mtp_in_, sz(n) * sz(2 * E));
+    // c = [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm], then y = eh_proj . c.
+    for (int i = 0; i < n; ++i) {
+      float* c = mtp_in_.data() + sz(i) * sz(2 * E);
+      deq(t.embed.row(tokens[sz(b + i)]), tmp_.data(), E);
+      ops::rms_norm(tmp_.data(), t.enorm.data, c, E, cfg_.rms_eps);
+      ops::rms_norm(h_in.data() + sz(b + i) * sz(E), t.hnorm.data, c + E, E, cfg_.rms_eps);
+    }
+    matmul(t.eh_proj, mtp_in_.data(), n, 2 * E, h_.data(), E, pool_, acts_);
+    const int il = cfg_.n_layer;
+    hybrid_mixer(t.block, il, n, mtp_n_past_);
+    ffn(t.block, il, n);
+    mtp_n_past_ += n;
+    float* hid = mtp_hidden_.data() + sz(b) * sz(E);
+    for (int i = 0; i < n; ++i) {
+      ops::rms_norm(h_.data() + sz(i) * sz(E), t.head_norm.data, hid + sz(i) * sz(E), E, cfg_.rms_eps);
+    }
+    matmul(t.head, hid, n, E, mtp_logits_.data() + sz(b) * sz(V), V, pool_, acts_);
+  }
 }
 
 void Context::rollback(int n) {
@@ -110,6 +184,7 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   if (rec_) rec_->begin_eval(n_past_);
   n_outputs_ = all_logits ? n_total : 1;
   ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
+  ensure(hidden_, sz(n_outputs_) * sz(cfg_.n_embd));
   for (int b = 0; b < n_total; b += n_batch_) {
     const int n = std::min(n_batch_, n_total - b);
     const bool last_chunk = b + n == n_total;
@@ -138,11 +213,11 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   const int pos0 = n_past_;
   for (int il = 0; il < cfg_.n_layer; ++il) {
     if (cfg_.arch == Arch::qwen35moe) {
-      hybrid_mixer(il, n, pos0);
+      hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
       attention(il, n, pos0);
     }
-    ffn(il, n);
+    ffn(model_.weights().layers[sz(il)], il, n);
     if (observer_) observer_(il, "l_out", h_.data(), n, E);
   }
   n_past_ += n;
@@ -155,6 +230,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     ops::rms_norm(h_.data() + sz(i) * sz(E), w.output_norm.data, xn_.data() + sz(i - first) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(-1, "result_norm", xn_.data(), rows, E);
+  std::memcpy(hidden_.data() + sz(out_base) * sz(E), xn_.data(), sz(rows) * sz(E) * sizeof(float));
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
 
@@ -246,8 +322,7 @@ void Context::attention(int il, int n, int pos0) {
   if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
 }
 
-void Context::hybrid_mixer(int il, int n, int pos0) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
   const int64_t E = cfg_.n_embd;
   for (int i = 0; i < n; ++i) {
     ops::rms_norm(h_.data() + sz(i) * sz(E), L.attn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
@@ -270,8 +345,8 @@ void Context::hybrid_mixer(int il, int n, int pos0) {
   if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
 }
 
-void Context::ffn(int il, int n) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::ffn(const LayerWeights& L, int il, int n) {
+  const bool trunk = il < cfg_.n_layer;  // the MTP block (il == n_layer) uses resident experts
   const int64_t E = cfg_.n_embd;
   const int K = cfg_.n_expert_used;
   const int64_t F = cfg_.n_ff_exp;
@@ -280,7 +355,7 @@ void Context::ffn(int il, int n) {
     ops::rms_norm(h_.data() + sz(i) * sz(E), L.ffn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(il, "ffn_norm", xn_.data(), n, E);
-  experts_->on_router_input(il, xn_.data(), n);
+  if (trunk) experts_->on_router_input(il, xn_.data(), n);
 
   // Routing.
   ensure(sel_ids_, sz(n) * sz(K));
@@ -319,7 +394,7 @@ void Context::ffn(int il, int n) {
   }
 
   ensure(expert_out_, sz(n) * sz(K) * sz(E));
-  experts_->with_experts(il, uniq, [&](size_t ui, const ExpertView& ev) {
+  auto run_expert = [&](size_t ui, const ExpertView& ev) {
     const std::vector<int32_t>& mem = members[ui];
     const int64_t m = static_cast<int64_t>(mem.size());
     ensure(ex_in_, sz(m) * sz(E));
@@ -338,7 +413,15 @@ void Context::ffn(int il, int n) {
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
     }
-  });
+  };
+  if (trunk) {
+    experts_->with_experts(il, uniq, run_expert);
+  } else {
+    for (size_t ui = 0; ui < uniq.size(); ++ui) {
+      const int32_t e = uniq[ui];
+      run_expert(ui, ExpertView{L.gate.expert(e), L.up.expert(e), L.down.expert(e)});
+    }
+  }
 
   // Combine in router order: out = y0*w0 + y1*w1 + ... (fixed order, never completion order).
   for (int i = 0; i < n; ++i) {

@@ -49,6 +49,21 @@ class Context {
   // the result is bit-identical to never having evaluated the forgotten tokens.
   void rollback(int n);
 
+  // Hidden state after output_norm of output i of the last eval ([n_embd]): the MTP head's input.
+  const float* hidden(int i) const;
+
+  // --- MTP (NextN) draft head: qwen35moe files with an MTP block, experts resident ---
+  bool has_mtp() const { return model_.weights().mtp.present(); }
+  // Evaluates MTP rows: row i is (tokens[i], hidden + i * n_embd) at MTP position mtp_n_past() + i,
+  // with its own KV cache. Row i's logits predict the token after tokens[i]; its hidden state is
+  // the next draft step's input. Throws les::Error without an MTP block, with streamed experts,
+  // for a token out of range or when the MTP cache is full.
+  void mtp_eval(std::span<const int32_t> tokens, const float* hidden);
+  const float* mtp_logits(int i) const;   // [n_vocab], i < the last mtp_eval's row count
+  const float* mtp_hidden(int i) const;   // [n_embd]
+  int mtp_n_past() const { return mtp_n_past_; }
+  void mtp_rollback(int n);               // forgets MTP positions >= n
+
   void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
   ThreadPool& pool() { return pool_; }
   const Model& model() const { return model_; }
@@ -59,9 +74,10 @@ class Context {
  private:
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base);
   void attention(int il, int n, int pos0);
-  void hybrid_mixer(int il, int n, int pos0);  // qwen35moe: DeltaNet or gated attention + residual
+  // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
+  void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
-  void ffn(int il, int n);
+  void ffn(const LayerWeights& L, int il, int n);
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -83,6 +99,10 @@ class Context {
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
   std::vector<float> logits_;  // [n_outputs][n_vocab]
+  std::vector<float> hidden_;  // [n_outputs][n_embd]: after output_norm
+  // MTP head: rows of the last mtp_eval.
+  int mtp_n_past_ = 0, mtp_rows_ = 0;
+  std::vector<float> mtp_in_, mtp_hidden_, mtp_logits_;  // [n][2 n_embd], [n][n_embd], [n][n_vocab]
   std::vector<float> rope_cache_;
   QuantizedActs acts_, acts2_;
   // MoE

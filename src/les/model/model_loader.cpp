@@ -208,15 +208,58 @@ struct ModelLoader {
     }
   }
 
-  // MTP (NextN) blocks after the trunk are not run by the main model: their tensors are known,
-  // not loaded.
-  void skip_nextn_blocks() {
+  // The MTP (NextN) block after the trunk (qwen35moe): loaded as the draft head; it never runs in
+  // the main pass. Its routed experts are resident only (a streamed model cannot draft).
+  void load_mtp_block() {
     const ModelConfig& c = m.cfg_;
-    for (int il = c.n_layer; il < c.n_layer + c.n_layer_nextn; ++il) {
-      const std::string b = "blk." + std::to_string(il) + ".";
-      for (const auto& t : m.gguf_.tensors) {
-        if (t.name.compare(0, b.size(), b) == 0) used.insert(t.name);
+    if (c.n_layer_nextn == 0) return;
+    if (c.n_layer_nextn != 1) {
+      throw Error(strfmt("%s: %d MTP blocks; only one is supported (nextn_predict_layers)", m.path_.c_str(),
+                         c.n_layer_nextn));
+    }
+    const int il = c.n_layer;
+    const int64_t E = c.n_embd;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    MtpWeights& t = m.w_.mtp;
+    LayerWeights& L = t.block;
+    L.attn_norm = vec(b + "attn_norm.weight", E, required);
+    L.wq = matrix(b + "attn_q.weight", E, 2 * c.n_q(), required);
+    L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+    L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+    L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+    L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
+    load_moe(il, L);
+    t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
+    t.enorm = vec(b + "nextn.enorm.weight", E, required);
+    t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
+    t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
+    if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
+    t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
+    if (!t.embed.present()) t.embed = m.w_.tok_embd;
+    t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
+    if (!t.head.present()) t.head = m.w_.output;
+  }
+
+  // Router, routed experts and (optional) gated shared expert of layer il.
+  void load_moe(int il, LayerWeights& L) {
+    const ModelConfig& c = m.cfg_;
+    const int64_t E = c.n_embd;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
+    L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+    L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+    L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
+    if (c.n_ff_shexp > 0) {
+      if (c.shared_expert_gate) {
+        const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
+        L.shexp_gate_inp = Matrix{t->type, E, 1, row_bytes(t->type, E), data_of(t)};
+        m.dense_bytes_ += t->n_bytes;
       }
+      L.shexp_gate = matrix(b + "ffn_gate_shexp.weight", E, c.n_ff_shexp, required);
+      L.shexp_up = matrix(b + "ffn_up_shexp.weight", E, c.n_ff_shexp, required);
+      L.shexp_down = matrix(b + "ffn_down_shexp.weight", c.n_ff_shexp, E, required);
     }
   }
 
@@ -269,20 +312,7 @@ struct ModelLoader {
         L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
       }
       if (c.moe) {
-        L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
-        L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
-        if (c.n_ff_shexp > 0) {
-          if (c.shared_expert_gate) {
-            const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
-            L.shexp_gate_inp = Matrix{t->type, E, 1, row_bytes(t->type, E), data_of(t)};
-            m.dense_bytes_ += t->n_bytes;
-          }
-          L.shexp_gate = matrix(b + "ffn_gate_shexp.weight", E, c.n_ff_shexp, required);
-          L.shexp_up = matrix(b + "ffn_up_shexp.weight", E, c.n_ff_shexp, required);
-          L.shexp_down = matrix(b + "ffn_down_shexp.weight", c.n_ff_shexp, E, required);
-        }
+        load_moe(il, L);
       } else {
         L.gate = dense_as_expert(b + "ffn_gate.weight", E, c.n_ff_exp);
         L.up = dense_as_expert(b + "ffn_up.weight", E, c.n_ff_exp);
@@ -290,7 +320,7 @@ struct ModelLoader {
       }
     }
 
-    skip_nextn_blocks();
+    load_mtp_block();
     for (const auto& t : m.gguf_.tensors) {
       if (!used.count(t.name)) {
         throw Error(strfmt("%s: tensor '%s' is not used by architecture %s (unexpected tensor: the file "

@@ -82,12 +82,25 @@ struct LayerWeights {
   Matrix ssm_out;           // [n_embd][n_v*S]
 };
 
+// MTP (NextN) draft head of qwen35moe: one gated-attention + MoE block over
+// y = eh_proj . [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm].
+struct MtpWeights {
+  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk attention layer
+  Matrix eh_proj;           // [n_embd][2 n_embd]: embedding half first
+  Vec enorm, hnorm;         // [n_embd]
+  Vec head_norm;            // nextn.shared_head_norm, else output_norm
+  Matrix embed;             // nextn.embed_tokens, else token_embd
+  Matrix head;              // nextn.shared_head_head, else output
+  bool present() const { return eh_proj.present(); }
+};
+
 struct ModelWeights {
   Matrix tok_embd;          // [n_vocab][n_embd]
   Vec output_norm;          // [n_embd]
   Matrix output;            // [n_vocab][n_embd] (may alias tok_embd when tied)
   Vec rope_freqs;           // optional [n_rot/2] frequency factors (llama3)
   std::vector<LayerWeights> layers;
+  MtpWeights mtp;           // absent unless the file has an MTP block (qwen35moe)
 };
 
 }  // namespace les

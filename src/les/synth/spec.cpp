@@ -156,6 +156,9 @@ void validate(const SynthSpec& s) {
     if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
     if (s.attn_window != 0.0f) fail("attn-window must be 0 for qwen35moe (the architecture has no q/k biases)");
   }
+  if (s.n_mtp != 0 && (s.n_mtp != 1 || s.arch != Arch::qwen35moe)) {
+    fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
+  }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
   if (s.n_ctx < 1) fail(strfmt("ctx = %d must be >= 1", s.n_ctx));
   if (!(s.rope_freq_base > 1.0f)) fail("rope base must be > 1");

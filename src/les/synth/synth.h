@@ -58,6 +58,7 @@ struct SynthSpec {
   int ssm_n_k_heads = 0;
   int ssm_n_v_heads = 0;
   int ssm_d_conv = 4;
+  int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1
 
   // Tensor types: a type or mix as `les quantize` takes it ("q4_K", "q4_k_m", "q8_0", "f16", ...).
   // Norms, biases and routers are always F32.

@@ -52,6 +52,7 @@ class Builder {
     const int64_t E = s_.n_embd, V = s_.n_vocab;
     matrix("token_embd.weight", {E, V}, d_.sigma_embd);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
+    if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
     vector("output_norm.weight", std::move(onorm));
@@ -68,7 +69,8 @@ class Builder {
     w_.add_string("general.name", s_.name);
     w_.add_u32("general.file_type", file_type(plan_));
     w_.add_u32("general.quantization_version", 2);
-    w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer));
+    w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer + s_.n_mtp));
+    if (s_.n_mtp > 0) w_.add_u32(p + "nextn_predict_layers", static_cast<uint32_t>(s_.n_mtp));
     w_.add_u32(p + "context_length", static_cast<uint32_t>(s_.n_ctx));
     w_.add_u32(p + "embedding_length", static_cast<uint32_t>(s_.n_embd));
     w_.add_u32(p + "attention.head_count", static_cast<uint32_t>(s_.n_head));
@@ -109,14 +111,27 @@ class Builder {
 
   // qwen35moe layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
   // expert. DeltaNet scales keep every projection's output rms near 1 for rms-1 inputs.
-  void add_hybrid_layer(int il) {
-    const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
+  // The MTP block il = n_layer: a gated-attention layer with MoE, plus eh_proj and its norms
+  // (shared_head_norm written; embedding and head shared with the trunk).
+  void add_mtp_block(int il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    const int64_t E = s_.n_embd;
+    add_hybrid_layer(il, d_.layers.back(), true);
+    matrix(b + "nextn.eh_proj.weight", {2 * E, E}, 1.0f / std::sqrt(static_cast<float>(2 * E)));
+    constant(b + "nextn.enorm.weight", E, 1.0f);
+    constant(b + "nextn.hnorm.weight", E, 1.0f);
+    constant(b + "nextn.shared_head_norm.weight", E, 1.0f);
+  }
+
+  void add_hybrid_layer(int il) { add_hybrid_layer(il, d_.layers[static_cast<size_t>(il)], false); }
+
+  void add_hybrid_layer(int il, const LayerDesign& L, bool attention) {
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;
     const int64_t nq = s_.n_head * hd, nkv = s_.n_head_kv * hd;
     const float in_sigma = 1.0f / std::sqrt(static_cast<float>(E));
     constant(b + "attn_norm.weight", E, 1.0f);
-    if ((il + 1) % s_.full_attn_interval != 0) {
+    if (!attention && (il + 1) % s_.full_attn_interval != 0) {
       const int64_t S = s_.ssm_d_state, nv = s_.ssm_n_v_heads;
       const int64_t vd = nv * S, cd = 2 * s_.ssm_n_k_heads * S + vd;
       matrix(b + "attn_qkv.weight", {E, cd}, in_sigma);
