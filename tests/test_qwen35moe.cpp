@@ -549,3 +549,71 @@ TEST(Qwen35Moe, MtpDraftHead) {
   EXPECT_THROW(sc.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data()), Error);
   cleanup(dir);
 }
+
+TEST(Qwen35MoeVsLlamaCppMtp, DraftLogitsAndHidden) {
+#ifndef LES_MTP_REF
+  GTEST_SKIP() << "llama.cpp MTP reference not built (configure with -DLES_LLAMACPP_SRC=<llama.cpp tree>)";
+#else
+  LES_REQUIRE_LLAMACPP();
+  const std::string dir = temp_dir();
+  for (const std::string type : {"f32", "q8_0"}) {
+    synth::SynthSpec s = type == "f32" ? tiny_spec() : quant_spec(type);
+    s.n_mtp = 1;
+    const std::string path = write_model(s, dir, type + ".gguf");
+    const std::vector<int32_t> tokens = random_tokens(16, s.n_vocab, 31);
+    std::string cmd = LES_MTP_REF;
+    cmd.append(" '").append(path).append("' '").append(dir).append("/mtp.f32'");
+    for (int32_t t : tokens) cmd.append(" ").append(std::to_string(t));
+    cmd.append(" > '").append(dir).append("/mtp.log' 2>&1");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const auto bytes = read_bytes(dir + "/mtp.f32");
+    const size_t N = tokens.size(), V = size_t(s.n_vocab), E = size_t(s.n_embd);
+    ASSERT_EQ(bytes.size(), (2 * N * V + 2 * N * E) * sizeof(float));
+    std::vector<float> ref(bytes.size() / sizeof(float));
+    std::memcpy(ref.data(), bytes.data(), bytes.size());
+    const float* ref_logits = ref.data();
+    const float* ref_h = ref_logits + N * V;
+    const float* ref_mtp = ref_h + N * E;
+    const float* ref_mtp_h = ref_mtp + N * V;
+
+    auto m = Model::load(path);
+    Context ctx(*m, ContextParams{.n_ctx = 64, .n_threads = 2});
+    ctx.eval(tokens, true);
+    std::vector<float> h_prev(N * E, 0.0f);
+    double d_logits = 0, d_h = 0, d_mtp = 0, d_mtp_h = 0, range = 0;
+    int agree = 0;
+    for (size_t p = 0; p < N; ++p) {
+      for (size_t j = 0; j < V; ++j) d_logits = std::max(d_logits, double(std::fabs(ctx.logits(int(p))[j] - ref_logits[p * V + j])));
+      for (size_t j = 0; j < E; ++j) d_h = std::max(d_h, double(std::fabs(ctx.hidden(int(p))[j] - ref_h[p * E + j])));
+      if (p + 1 < N) std::copy(ctx.hidden(int(p)), ctx.hidden(int(p)) + E, h_prev.begin() + std::ptrdiff_t((p + 1) * E));
+    }
+    ctx.mtp_eval(tokens, h_prev.data());
+    for (size_t p = 0; p < N; ++p) {
+      const float* ours = ctx.mtp_logits(int(p));
+      const float* theirs = ref_mtp + p * V;
+      float lo = theirs[0], hi = theirs[0];
+      for (size_t j = 0; j < V; ++j) {
+        d_mtp = std::max(d_mtp, double(std::fabs(ours[j] - theirs[j])));
+        lo = std::min(lo, theirs[j]);
+        hi = std::max(hi, theirs[j]);
+      }
+      range = std::max(range, double(hi - lo));
+      agree += std::max_element(ours, ours + V) - ours == std::max_element(theirs, theirs + V) - theirs;
+      for (size_t j = 0; j < E; ++j) d_mtp_h = std::max(d_mtp_h, double(std::fabs(ctx.mtp_hidden(int(p))[j] - ref_mtp_h[p * E + j])));
+    }
+    std::printf("qwen35moe MTP %-5s max|diff| logits %.3g hidden %.3g | MTP logits %.3g (range %.3g) MTP hidden %.3g | "
+                "MTP argmax %d/%zu\n", type.c_str(), d_logits, d_h, d_mtp, range, d_mtp_h, agree, N);
+    if (type == "f32") {
+      EXPECT_LE(d_logits, 1e-4);
+      EXPECT_LE(d_h, 1e-4);
+      EXPECT_LE(d_mtp, 1e-4);
+      EXPECT_LE(d_mtp_h, 1e-4);
+      EXPECT_EQ(agree, int(N));
+    } else {
+      EXPECT_GE(agree, int(N) - 1);
+      EXPECT_LE(d_mtp, 2e-2 * range);
+    }
+  }
+  cleanup(dir);
+#endif
+}
