@@ -439,6 +439,12 @@ TEST(Qwen35Moe, BadFilesAreRefused) {
   expect_error("missing tensor", "blk.0.ssm_conv1d.weight");
   rewrite(good, bad, [](auto& kv) { find_key(kv, "qwen35moe.full_attention_interval")->u64 = 3; });
   expect_error("layer pattern disagreeing with the tensors", "missing tensor");
+  // An MTP block without nextn_predict_layers would be run as a trunk layer by mistake.
+  synth::SynthSpec sm = tiny_spec();
+  sm.n_mtp = 1;
+  const std::string with_mtp = write_model(sm, dir, "mtp.gguf");
+  rewrite(with_mtp, bad, [](auto& kv) { erase_key(kv, "qwen35moe.nextn_predict_layers"); });
+  expect_error("MTP block without nextn_predict_layers", "nextn_predict_layers");
   cleanup(dir);
 }
 
