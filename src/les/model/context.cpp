@@ -48,6 +48,7 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
   if (n_rec_layers > 0) {
     rec_ = std::make_unique<RecurrentState>(cfg_);
     delta_net_ = std::make_unique<DeltaNetMixer>(cfg_);
+    delta_net_->set_chunked(p.chunked_delta_rule);
   }
   if (cfg_.attn_output_gate) gated_attn_ = std::make_unique<GatedAttentionMixer>(cfg_);
   rope_cache_.resize(sz(cfg_.n_rot));

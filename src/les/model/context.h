@@ -20,6 +20,9 @@ struct ContextParams {
   int n_ctx = 0;      // 0: the model's training context, capped at 4096
   int n_threads = 1;
   int n_batch = 256;  // tokens evaluated per forward pass during prefill
+  // Gated DeltaNet layers: chunked form of the delta rule for multi-token batches (equal up to
+  // rounding; the default token-by-token recurrence is what llama.cpp's CPU backend runs).
+  bool chunked_delta_rule = false;
 };
 
 // Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].

@@ -96,6 +96,101 @@ uint64_t DeltaNetMixer::bytes() const {
          acts_.buf.size();
 }
 
+void DeltaNetMixer::delta_rule_chunked(int64_t h, int n, const float* m_in, float* m_out) {
+  // Per chunk of L tokens, with G_t the inclusive cumulative log-decay, Q = q / sqrt(S), K = k,
+  // M the state entering the chunk ([key i][value j]; stored transposed, Mt[j][i]):
+  //   A[t][s] = beta_t (K_t . K_s) exp(G_t - G_s) for s < t
+  //   (I + A) U = diag(beta) V,  (I + A) W = diag(beta exp(G)) K      (forward substitution)
+  //   V' = U - W M
+  //   O_t = exp(G_t) Q_t M + sum_{s <= t} (Q_t . K_s) exp(G_t - G_s) V'_s
+  //   M <- exp(G_L) M + sum_s exp(G_L - G_s) K_s V'_s^T
+  constexpr int C = 64;
+  const int64_t S = c_.ssm_d_state, nk = c_.ssm_n_k_heads, nv = c_.ssm_n_v_heads;
+  const int64_t kd = c_.ssm_key_dim(), vd = c_.ssm_value_dim(), cd = c_.ssm_conv_dim();
+  const int64_t qk = h % nk;
+  const float inv_sqrt_s = 1.0f / std::sqrt(static_cast<float>(S));
+  std::vector<float> G(C), A(sz(C) * C), U(sz(C) * sz(S)), W(sz(C) * sz(S)), Q(sz(C) * sz(S)), P(sz(C) * sz(S));
+  float* Mt = m_out;
+  if (Mt != m_in) std::memcpy(Mt, m_in, sz(S) * sz(S) * sizeof(float));
+  for (int c0 = 0; c0 < n; c0 += C) {
+    const int L = std::min(C, n - c0);
+    auto Krow = [&](int t) { return y_.data() + sz(c0 + t) * sz(cd) + sz(kd) + sz(qk) * sz(S); };
+    auto Vrow = [&](int t) { return y_.data() + sz(c0 + t) * sz(cd) + sz(2 * kd) + sz(h) * sz(S); };
+    float acc = 0.0f;
+    for (int t = 0; t < L; ++t) {
+      acc += g_[sz(c0 + t) * sz(nv) + sz(h)];
+      G[sz(t)] = acc;
+      const float* q = y_.data() + sz(c0 + t) * sz(cd) + sz(qk) * sz(S);
+      for (int64_t i = 0; i < S; ++i) Q[sz(t) * sz(S) + sz(i)] = q[i] * inv_sqrt_s;
+    }
+    // A, then U and W by forward substitution (row t uses rows s < t).
+    for (int t = 0; t < L; ++t) {
+      const float beta = beta_[sz(c0 + t) * sz(nv) + sz(h)];
+      for (int s = 0; s < t; ++s) A[sz(t) * C + sz(s)] = beta * dot(Krow(t), Krow(s), S) * std::exp(G[sz(t)] - G[sz(s)]);
+      float* u = U.data() + sz(t) * sz(S);
+      float* w = W.data() + sz(t) * sz(S);
+      const float* v = Vrow(t);
+      const float* k = Krow(t);
+      const float bw = beta * std::exp(G[sz(t)]);
+      for (int64_t i = 0; i < S; ++i) {
+        u[i] = beta * v[i];
+        w[i] = bw * k[i];
+      }
+      for (int s = 0; s < t; ++s) {
+        const float a = A[sz(t) * C + sz(s)];
+        const float* us = U.data() + sz(s) * sz(S);
+        const float* ws = W.data() + sz(s) * sz(S);
+        for (int64_t i = 0; i < S; ++i) {
+          u[i] -= a * us[i];
+          w[i] -= a * ws[i];
+        }
+      }
+    }
+    // V' = U - W M (into U), and the inter-chunk output part P_t = exp(G_t) Q_t M.
+    for (int t = 0; t < L; ++t) {
+      float* u = U.data() + sz(t) * sz(S);
+      const float* w = W.data() + sz(t) * sz(S);
+      const float* q = Q.data() + sz(t) * sz(S);
+      float* p = P.data() + sz(t) * sz(S);
+      const float eg = std::exp(G[sz(t)]);
+      for (int64_t j = 0; j < S; ++j) {
+        const float* mj = Mt + sz(j) * sz(S);
+        u[j] -= dot(w, mj, S);
+        p[j] = eg * dot(q, mj, S);
+      }
+    }
+    // O_t = P_t + sum_{s <= t} (Q_t . K_s) exp(G_t - G_s) V'_s.
+    for (int t = 0; t < L; ++t) {
+      float* o = o_.data() + sz(c0 + t) * sz(vd) + sz(h) * sz(S);
+      const float* p = P.data() + sz(t) * sz(S);
+      for (int64_t j = 0; j < S; ++j) o[j] = p[j];
+      for (int s = 0; s <= t; ++s) {
+        const float a = dot(Q.data() + sz(t) * sz(S), Krow(s), S) * std::exp(G[sz(t)] - G[sz(s)]);
+        const float* vs = U.data() + sz(s) * sz(S);
+        for (int64_t j = 0; j < S; ++j) o[j] += a * vs[j];
+      }
+    }
+    // M <- exp(G_L) M + sum_s exp(G_L - G_s) K_s V'_s^T, i.e. Mt[j][i] += V'_s[j] * (exp(..) K_s[i]).
+    const float gl = G[sz(L - 1)];
+    const float el = std::exp(gl);
+    for (int s = 0; s < L; ++s) {
+      const float e = std::exp(gl - G[sz(s)]);
+      float* ks = W.data() + sz(s) * sz(S);  // W is no longer needed: scaled keys
+      const float* k = Krow(s);
+      for (int64_t i = 0; i < S; ++i) ks[i] = e * k[i];
+    }
+    for (int64_t j = 0; j < S; ++j) {
+      float* mj = Mt + sz(j) * sz(S);
+      for (int64_t i = 0; i < S; ++i) mj[i] *= el;
+      for (int s = 0; s < L; ++s) {
+        const float vj = U[sz(s) * sz(S) + sz(j)];
+        const float* ks = W.data() + sz(s) * sz(S);
+        for (int64_t i = 0; i < S; ++i) mj[i] += vj * ks[i];
+      }
+    }
+  }
+}
+
 uint64_t DeltaNetMixer::floats_per_token(const ModelConfig& c) {
   return 2 * uint64_t(c.ssm_conv_dim()) + 2 * uint64_t(c.ssm_value_dim()) + 2 * uint64_t(c.ssm_n_v_heads);
 }
@@ -170,6 +265,10 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
   float* m_out = st.ssm_write(r);
   pool.parallel_for(nv, 1, [&](int, int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
+      if (chunked_ && n > 1) {
+        delta_rule_chunked(h, n, m_in + sz(h) * sz(S) * sz(S), m_out + sz(h) * sz(S) * sz(S));
+        continue;
+      }
       const float* src = m_in + sz(h) * sz(S) * sz(S);
       float* M = m_out + sz(h) * sz(S) * sz(S);  // [value j][key i]
       const int64_t qk = h % nk;

@@ -65,6 +65,13 @@ class DeltaNetMixer {
  public:
   explicit DeltaNetMixer(const ModelConfig& c) : c_(c) {}
 
+  // Chunked form of the delta rule for batches of more than one token (chunks of 64 tokens,
+  // the WY representation: a triangular solve per chunk, then matrix products). Equal to the
+  // token-by-token recurrence up to rounding; off by default because llama.cpp's CPU backend runs
+  // the recurrence (its fused op), which this engine then matches closest, and decode = prefill
+  // bit for bit.
+  void set_chunked(bool on) { chunked_ = on; }
+
   // x: n normed input rows [n][n_embd]; out: [n][n_embd] (overwritten). State slot r is advanced
   // by the n tokens. Every output element is computed by one thread (thread-count independent).
   void forward(const LayerWeights& L, RecurrentState& st, int r, const float* x, int n, float* out,
@@ -75,7 +82,11 @@ class DeltaNetMixer {
   static uint64_t floats_per_token(const ModelConfig& c);
 
  private:
+  // The delta rule of v head h over n tokens in chunks; m_in: state before, m_out: after.
+  void delta_rule_chunked(int64_t h, int n, const float* m_in, float* m_out);
+
   const ModelConfig& c_;
+  bool chunked_ = false;
   std::vector<float> mixed_, y_, z_, beta_, g_, o_;
   QuantizedActs acts_;
 };
