@@ -93,5 +93,11 @@ int main(int argc, char** argv) {
   FILE* f = std::fopen(argv[2], "wb");
   if (!f || std::fwrite(out.data(), sizeof(float), out.size(), f) != out.size()) die("cannot write the output");
   std::fclose(f);
+  llama_batch_free(m);  // frees m.token too
+  llama_batch_free(b);
+  llama_free(dft);
+  llama_free(tgt);
+  llama_model_free(model);
+  llama_backend_free();
   return 0;
 }
