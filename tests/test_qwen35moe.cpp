@@ -591,10 +591,14 @@ TEST(Qwen35Moe, MtpDraftHead) {
   ctx.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data());
   EXPECT_EQ(std::max_element(ctx.mtp_logits(0), ctx.mtp_logits(0) + V) - ctx.mtp_logits(0), drafts[0]);
   EXPECT_THROW(ctx.mtp_rollback(100), Error);
-  // Streamed experts cannot draft; a model without MTP neither.
+  // Streamed experts cannot draft (and get no MTP KV cache: the --mem budget agrees).
   auto streamed = Model::load(path, LoadOptions{.map_experts = false});
   Context sc(*streamed, ContextParams{.n_ctx = 16});
+  EXPECT_FALSE(sc.has_mtp());
   EXPECT_THROW(sc.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data()), Error);
+  const uint64_t kv_layer = 2ull * 16 * m->config().n_kv_k() * sizeof(float);
+  EXPECT_EQ(plan_budget(*streamed, 1ull << 30, 16, 1, 1 << 20).kv, 2 * kv_layer);  // 2 attention layers
+  EXPECT_EQ(plan_budget(*m, 1ull << 30, 16, 1, 1 << 20).kv, 3 * kv_layer);         // + the MTP block
   cleanup(dir);
 }
 

@@ -56,7 +56,8 @@ class Context {
   const float* hidden(int i) const;
 
   // --- MTP (NextN) draft head: qwen35moe files with an MTP block, experts resident ---
-  bool has_mtp() const { return model_.weights().mtp.present(); }
+  // (its KV cache is allocated only then).
+  bool has_mtp() const { return model_.weights().mtp.runnable(); }
   // Evaluates MTP rows: row i is (tokens[i], hidden + i * n_embd) at MTP position mtp_n_past() + i,
   // with its own KV cache. Row i's logits predict the token after tokens[i]; its hidden state is
   // the next draft step's input. Throws les::Error without an MTP block, with streamed experts,

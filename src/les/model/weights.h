@@ -92,6 +92,8 @@ struct MtpWeights {
   Matrix embed;             // nextn.embed_tokens, else token_embd
   Matrix head;              // nextn.shared_head_head, else output
   bool present() const { return eh_proj.present(); }
+  // The head can draft: present with resident experts (a streamed model's MTP experts are not).
+  bool runnable() const { return present() && block.gate.data != nullptr; }
 };
 
 struct ModelWeights {

@@ -26,7 +26,8 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
   BudgetPlan p;
   p.total = mem_bytes;
   p.dense = model.dense_bytes();
-  p.kv = static_cast<uint64_t>(c.n_layer - c.n_recurrent()) * static_cast<uint64_t>(n_ctx) *
+  const int n_kv_layers = c.n_layer - c.n_recurrent() + (model.weights().mtp.runnable() ? 1 : 0);
+  p.kv = static_cast<uint64_t>(n_kv_layers) * static_cast<uint64_t>(n_ctx) *
          static_cast<uint64_t>(c.n_kv_k() + c.n_kv_v()) * sizeof(float);
   p.recurrent = c.n_recurrent() > 0 ? RecurrentState::bytes_for(c) : 0;
   // Per batch token: residual, norm, q/k/v, attention output, router logits, K expert outputs,
