@@ -41,7 +41,14 @@ int cmd_inspect(int argc, char** argv) {
   std::printf("architecture:  %s%s\n", c.arch_str.c_str(), c.arch == Arch::llama && c.moe ? " (Mixtral-style MoE)" : "");
   std::printf("layers:        %d, n_embd %d, heads %d (kv %d), head dim %d/%d, rope %s on %d dims, base %g\n",
               c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim_k, c.head_dim_v,
-              c.rope_type == RopeType::neox ? "neox" : "norm", c.n_rot, c.rope_freq_base);
+              c.rope_type == RopeType::neox ? "neox" : c.rope_type == RopeType::imrope ? "imrope" : "norm", c.n_rot,
+              c.rope_freq_base);
+  if (c.n_recurrent() > 0) {
+    std::printf("mixers:        %d Gated DeltaNet (%d q/k heads, %d v heads of %d, conv %d), %d gated attention%s\n",
+                c.n_recurrent(), c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_d_state, c.ssm_d_conv,
+                c.n_layer - c.n_recurrent(),
+                c.n_layer_nextn ? strfmt("; %d MTP block(s) not run", c.n_layer_nextn).c_str() : "");
+  }
   if (c.moe) {
     std::printf("experts:       %d, %d used per token, width %d%s%s\n", c.n_expert, c.n_expert_used, c.n_ff_exp,
                 c.norm_topk ? ", weights renormalised" : "",

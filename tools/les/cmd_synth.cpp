@@ -42,7 +42,7 @@ int cmd_synth(int argc, char** argv) {
   Args a("synth", kSummary,
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
-          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense); default: the shape's", "ARCH"},
+          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet); default: the shape's", "ARCH"},
           {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, q4_k_m, ... (default q8_0)", "TYPE"},
           {{"--layers"}, true, "number of layers", "N"},
           {{"--embd"}, true, "embedding width", "N"},
@@ -52,7 +52,14 @@ int cmd_synth(int argc, char** argv) {
           {{"--experts"}, true, "routed experts per layer", "N"},
           {{"--used"}, true, "experts used per token", "N"},
           {{"--ff-exp"}, true, "routed expert width (dense: FFN width)", "N"},
-          {{"--ff-shared"}, true, "shared expert width (qwen2moe)", "N"},
+          {{"--ff-shared"}, true, "shared expert width (qwen2moe, qwen35moe)", "N"},
+          {{"--rope-dims"}, true, "qwen35moe: rotated dims per attention head", "N"},
+          {{"--attn-interval"}, true, "qwen35moe: every N-th layer is full attention, the others DeltaNet (default 4)", "N"},
+          {{"--ssm-state"}, true, "qwen35moe: DeltaNet head size", "N"},
+          {{"--ssm-k-heads"}, true, "qwen35moe: DeltaNet q/k heads", "N"},
+          {{"--ssm-v-heads"}, true, "qwen35moe: DeltaNet v heads (a multiple of the q/k heads)", "N"},
+          {{"--ssm-conv"}, true, "qwen35moe: causal conv width (default 4)", "N"},
+          {{"--mtp"}, true, "qwen35moe: MTP (NextN) draft blocks after the trunk, 0 or 1 (default 0)", "N"},
           {{"--vocab"}, true, "vocabulary size (>= 259)", "N"},
           {{"--ctx"}, true, "training context length written to the file", "N"},
           {{"--rope-base"}, true, "rope frequency base", "X"},
@@ -90,7 +97,7 @@ int cmd_synth(int argc, char** argv) {
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));
-    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3)", a.str("--arch").c_str()));
+    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen35moe)", a.str("--arch").c_str()));
   }
   synth::SynthSpec s = synth::shape_spec(a.str("--shape", "tiny"), arch);
   auto int_flag = [&](const char* name, int& field) { field = static_cast<int>(a.i64(name, field)); };
@@ -103,6 +110,13 @@ int cmd_synth(int argc, char** argv) {
   int_flag("--used", s.n_expert_used);
   int_flag("--ff-exp", s.n_ff_exp);
   int_flag("--ff-shared", s.n_ff_shexp);
+  int_flag("--rope-dims", s.n_rot);
+  int_flag("--attn-interval", s.full_attn_interval);
+  int_flag("--ssm-state", s.ssm_d_state);
+  int_flag("--ssm-k-heads", s.ssm_n_k_heads);
+  int_flag("--ssm-v-heads", s.ssm_n_v_heads);
+  int_flag("--ssm-conv", s.ssm_d_conv);
+  int_flag("--mtp", s.n_mtp);
   int_flag("--vocab", s.n_vocab);
   int_flag("--ctx", s.n_ctx);
   s.rope_freq_base = static_cast<float>(a.f64("--rope-base", s.rope_freq_base));

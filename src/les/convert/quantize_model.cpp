@@ -64,6 +64,7 @@ Type planned_type(const QuantizePlan& plan, const std::string& name, const std::
   // Vectors, routers and the shared-expert gate keep their type.
   if (ne.size() < 2) return src;
   if (name.find("ffn_gate_inp") != std::string::npos) return src;
+  if (name.find("ssm_conv1d") != std::string::npos) return src;  // ggml's ssm_conv reads F32 only
   Type t = plan.base;
   if (plan.k_mix) {
     const int il = layer_of(name);

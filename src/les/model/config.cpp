@@ -12,6 +12,7 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen3: return "qwen3";
     case Arch::qwen2: return "qwen2";
+    case Arch::qwen35moe: return "qwen35moe";
   }
   return "?";
 }
@@ -51,6 +52,73 @@ int get_opt_int(const gguf::File& f, const std::string& key, const std::string& 
   return get_pos_int(f, key, path, lo, hi);
 }
 
+void require_key(const gguf::File& f, const std::string& key, const std::string& path, const char* why) {
+  if (!f.find(key)) throw Error(strfmt("%s: missing required key '%s' (%s)", path.c_str(), key.c_str(), why));
+}
+
+// qwen35moe: the trunk/MTP split, the layer pattern, the DeltaNet sizes and the M-RoPE sections.
+// Keys llama.cpp would silently default to a wrong model (rope.dimension_count, rope.freq_base,
+// attention.key_length) are required here.
+void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c) {
+  const std::string p = "qwen35moe.";
+  require_key(f, p + "rope.dimension_count", path, "without it RoPE would cover the whole head");
+  require_key(f, p + "rope.freq_base", path, "without it RoPE would use base 10000");
+  require_key(f, p + "attention.key_length", path, "the head dim is not n_embd / n_head in this architecture");
+  require_key(f, p + "attention.layer_norm_rms_epsilon", path, "llama.cpp requires it");
+  if (c.head_dim_k != c.head_dim_v) {
+    throw Error(strfmt("%s: %sattention.value_length %d must equal key_length %d", path.c_str(), p.c_str(),
+                       c.head_dim_v, c.head_dim_k));
+  }
+  const int n_layer_all = c.n_layer;
+  c.n_layer_nextn = get_opt_int(f, p + "nextn_predict_layers", path, 0, 0, n_layer_all - 1);
+  c.n_layer = n_layer_all - c.n_layer_nextn;
+
+  c.ssm_d_conv = get_pos_int(f, p + "ssm.conv_kernel", path, 1, 64);
+  c.ssm_d_state = get_pos_int(f, p + "ssm.state_size", path, 1, 4096);
+  c.ssm_n_k_heads = get_pos_int(f, p + "ssm.group_count", path, 1, 4096);
+  c.ssm_n_v_heads = get_pos_int(f, p + "ssm.time_step_rank", path, 1, 4096);
+  const int d_inner = get_pos_int(f, p + "ssm.inner_size", path, 1, 1 << 24);
+  if (int64_t(d_inner) != c.ssm_value_dim()) {
+    throw Error(strfmt("%s: %sssm.inner_size %d != ssm.time_step_rank %d x ssm.state_size %d", path.c_str(),
+                       p.c_str(), d_inner, c.ssm_n_v_heads, c.ssm_d_state));
+  }
+  if (c.ssm_n_v_heads % c.ssm_n_k_heads != 0) {
+    throw Error(strfmt("%s: %sssm.time_step_rank %d (v heads) is not a multiple of ssm.group_count %d (k heads)",
+                       path.c_str(), p.c_str(), c.ssm_n_v_heads, c.ssm_n_k_heads));
+  }
+
+  const gguf::Value* sec = f.find(p + "rope.dimension_sections");
+  if (!sec) throw Error(strfmt("%s: missing required key '%srope.dimension_sections'", path.c_str(), p.c_str()));
+  if (sec->type != gguf::ValueType::ARRAY || sec->arr.size() != 4) {
+    throw Error(strfmt("%s: %srope.dimension_sections must be an array of 4 integers", path.c_str(), p.c_str()));
+  }
+  int sect_sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t v = sec->arr[static_cast<size_t>(i)].as_int(p + "rope.dimension_sections");
+    if (v < 0 || v > 4096) throw Error(strfmt("%s: %srope.dimension_sections[%d] = %lld is out of range", path.c_str(), p.c_str(), i, static_cast<long long>(v)));
+    c.rope_sections[static_cast<size_t>(i)] = static_cast<int>(v);
+    sect_sum += static_cast<int>(v);
+  }
+  if (sect_sum < 1 || sect_sum > c.n_rot) {
+    throw Error(strfmt("%s: %srope.dimension_sections sum %d must be in [1, rope.dimension_count %d]", path.c_str(),
+                       p.c_str(), sect_sum, c.n_rot));
+  }
+
+  c.recurrent.assign(static_cast<size_t>(c.n_layer), 0);
+  if (const gguf::Value* rl = f.find(p + "attention.recurrent_layers")) {
+    if (rl->type != gguf::ValueType::ARRAY || rl->arr.size() != static_cast<size_t>(n_layer_all)) {
+      throw Error(strfmt("%s: %sattention.recurrent_layers must be an array of block_count = %d entries", path.c_str(),
+                         p.c_str(), n_layer_all));
+    }
+    for (int i = 0; i < c.n_layer; ++i) {
+      c.recurrent[static_cast<size_t>(i)] = rl->arr[static_cast<size_t>(i)].as_int(p + "attention.recurrent_layers") != 0;
+    }
+  } else {
+    const int interval = get_opt_int(f, p + "full_attention_interval", path, 4, 1, 1 << 20);
+    for (int i = 0; i < c.n_layer; ++i) c.recurrent[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
@@ -66,9 +134,10 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
   else if (a == "llama") c.arch = Arch::llama;
   else if (a == "qwen3") c.arch = Arch::qwen3;
   else if (a == "qwen2") c.arch = Arch::qwen2;
+  else if (a == "qwen35moe") c.arch = Arch::qwen35moe;
   else {
     throw Error(strfmt("%s: unsupported architecture '%s' (supported: qwen3moe, qwen2moe, olmoe, "
-                       "llama/Mixtral, qwen3, qwen2)", path.c_str(), a.c_str()));
+                       "llama/Mixtral, qwen3, qwen2, qwen35moe)", path.c_str(), a.c_str()));
   }
 
   c.n_layer = get_pos_int(f, p + "block_count", path, 1, 4096);
@@ -114,6 +183,11 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
       c.rope_type = RopeType::neox; c.qk_norm = QkNorm::per_head; break;
     case Arch::qwen2:
       c.rope_type = RopeType::neox; break;
+    case Arch::qwen35moe:
+      c.rope_type = RopeType::imrope; c.qk_norm = QkNorm::per_head; c.moe = true; c.norm_topk = true;
+      c.shared_expert_gate = true; c.attn_output_gate = true;
+      read_qwen35moe(f, path, c);
+      break;
   }
   if (c.moe) {
     if (c.n_expert < 1) throw Error(strfmt("%s: %sexpert_count must be > 0 for %s", path.c_str(), p.c_str(), a.c_str()));
@@ -127,11 +201,16 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
       c.n_ff_exp = get_opt_int(f, p + "expert_feed_forward_length", path, 0, 0, 1 << 24);
       if (c.n_ff_exp == 0) c.n_ff_exp = n_ff / c.n_expert_used;
     }
-    if (c.arch == Arch::qwen2moe) {
+    if (c.arch == Arch::qwen2moe || c.arch == Arch::qwen35moe) {
       c.n_ff_shexp = get_opt_int(f, p + "expert_shared_feed_forward_length", path, 0, 0, 1 << 24);
       if (c.n_ff_shexp == 0) c.n_ff_shexp = n_ff;
+      if (c.n_ff_shexp < 1) {
+        throw Error(strfmt("%s: shared expert width is missing or 0 (%sexpert_shared_feed_forward_length)",
+                           path.c_str(), p.c_str()));
+      }
     }
-    const double scale = f.get_float(p + "expert_weights_scale", 0.0);
+    // qwen35moe does not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
+    const double scale = c.arch == Arch::qwen35moe ? 0.0 : f.get_float(p + "expert_weights_scale", 0.0);
     c.expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   } else {
     c.n_expert = 1;

@@ -1,15 +1,19 @@
 // Hyper-parameters of a supported architecture, read from GGUF metadata and checked.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "les/gguf/gguf.h"
 
 namespace les {
 
-enum class Arch { qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen2 };
-enum class RopeType { norm, neox };       // pairs (2i, 2i+1) vs (i, i + n_rot/2)
+enum class Arch { qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen2, qwen35moe };
+// norm: pairs (2i, 2i+1); neox: pairs (i, i + n_rot/2); imrope: neox pairs, interleaved M-RoPE
+// sections (text tokens: pairs of the e section stay at position 0).
+enum class RopeType { norm, neox, imrope };
 enum class QkNorm { none, per_head, full }; // RMSNorm of q/k per head, or over the whole q/k
 
 const char* arch_name(Arch a);
@@ -42,6 +46,22 @@ struct ModelConfig {
   bool shared_expert_gate = false;  // qwen2moe: shared expert scaled by sigmoid(w . x)
   bool norm_topk = false;    // renormalise the top-k router weights to sum 1
   float expert_weights_scale = 1.0f;
+
+  // Hybrid Gated DeltaNet / gated attention (qwen35moe).
+  std::vector<uint8_t> recurrent;  // [n_layer]: 1 = Gated DeltaNet layer; empty = all attention
+  int n_layer_nextn = 0;     // MTP blocks stored after the trunk (counted in block_count, not run)
+  bool attn_output_gate = false;  // attn_q yields [q_h | gate_h] per head; output *= sigmoid(gate)
+  std::array<int, 4> rope_sections{};  // M-RoPE sections (t, h, w, e) for RopeType::imrope
+  int ssm_d_conv = 0;        // causal depthwise conv width
+  int ssm_d_state = 0;       // S: head dim of the DeltaNet q, k and v heads
+  int ssm_n_k_heads = 0;     // q/k heads (ssm.group_count)
+  int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head h % n_k
+
+  bool is_recurrent(int il) const { return !recurrent.empty() && recurrent[static_cast<size_t>(il)] != 0; }
+  int n_recurrent() const { int n = 0; for (uint8_t r : recurrent) n += r; return n; }
+  int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_d_state; }
+  int64_t ssm_value_dim() const { return int64_t(ssm_n_v_heads) * ssm_d_state; }
+  int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
 
   int n_q() const { return n_head * head_dim_k; }
   int n_kv_k() const { return n_head_kv * head_dim_k; }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "les/model/attention_core.h"
 #include "les/model/ops.h"
 #include "les/model/router.h"
 #include "les/quant/kernels.h"
@@ -31,8 +32,25 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
   n_ctx_ = p.n_ctx > 0 ? p.n_ctx : std::min(cfg_.n_ctx_train, 4096);
   if (n_ctx_ < 1) throw Error("context size must be >= 1");
   n_batch_ = std::max(1, p.n_batch);
-  k_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
-  v_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  int n_kv_layers = 0, n_rec_layers = 0;
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const bool rec = cfg_.is_recurrent(il);
+    kv_slot_.push_back(rec ? -1 : n_kv_layers++);
+    rec_slot_.push_back(rec ? n_rec_layers++ : -1);
+  }
+  if (has_mtp()) {  // the MTP block is layer n_layer, an attention layer with its own KV cache
+    kv_slot_.push_back(n_kv_layers++);
+    rec_slot_.push_back(-1);
+  }
+  k_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
+  v_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  tokens_.assign(sz(n_ctx_), 0);
+  if (n_rec_layers > 0) {
+    rec_ = std::make_unique<RecurrentState>(cfg_);
+    delta_net_ = std::make_unique<DeltaNetMixer>(cfg_);
+    delta_net_->set_chunked(p.chunked_delta_rule);
+  }
+  if (cfg_.attn_output_gate) gated_attn_ = std::make_unique<GatedAttentionMixer>(cfg_);
   rope_cache_.resize(sz(cfg_.n_rot));
 }
 
@@ -43,7 +61,10 @@ uint64_t Context::state_bytes() const {
   const uint64_t work = (h_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + att_.size() + tmp_.size() +
                          router_logits_.size() + logits_.size() + expert_out_.size() + ex_in_.size() +
                          ex_g_.size() + ex_u_.size() + ex_y_.size()) * sizeof(float);
-  return kv + work;
+  const uint64_t recurrent = rec_ ? rec_->bytes() + delta_net_->bytes() : 0;
+  const uint64_t gated = gated_attn_ ? gated_attn_->bytes() : 0;
+  const uint64_t mtp = (hidden_.size() + mtp_in_.size() + mtp_hidden_.size() + mtp_logits_.size()) * sizeof(float);
+  return kv + work + recurrent + gated + mtp;
 }
 
 const float* Context::logits(int i) const {
@@ -51,9 +72,37 @@ const float* Context::logits(int i) const {
   return logits_.data() + sz(i) * sz(cfg_.n_vocab);
 }
 
+const float* Context::hidden(int i) const {
+  LES_ASSERT(i >= 0 && i < n_outputs_);
+  return hidden_.data() + sz(i) * sz(cfg_.n_embd);
+}
+
 void Context::rollback(int n) {
   if (n < 0 || n > n_past_) throw Error(strfmt("rollback to %d is outside [0, %d]", n, n_past_));
-  n_past_ = n;
+  if (!rec_ || n == n_past_) {
+    n_past_ = n;
+    return;
+  }
+  // A recurrent state cannot be truncated: restart from the snapshot (or from zero) and replay.
+  int from = 0;
+  if (n >= rec_->snapshot_pos()) {
+    from = rec_->snapshot_pos();
+    rec_->restore_snapshot();
+  } else {
+    rec_->reset();
+  }
+  n_past_ = from;
+  replay(from, n);
+}
+
+void Context::replay(int from, int to) {
+  if (from >= to) return;
+  rec_->begin_eval(from);
+  for (int b = from; b < to; b += n_batch_) {
+    const int n = std::min(n_batch_, to - b);
+    forward_chunk(tokens_.data() + b, n, false, -1);
+  }
+  experts_->on_token_done();
 }
 
 void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
@@ -68,8 +117,11 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
                        tokens.size(), n_ctx_));
   }
   const int n_total = static_cast<int>(tokens.size());
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + n_past_);
+  if (rec_) rec_->begin_eval(n_past_);
   n_outputs_ = all_logits ? n_total : 1;
   ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
+  ensure(hidden_, sz(n_outputs_) * sz(cfg_.n_embd));
   for (int b = 0; b < n_total; b += n_batch_) {
     const int n = std::min(n_batch_, n_total - b);
     const bool last_chunk = b + n == n_total;
@@ -97,8 +149,12 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
 
   const int pos0 = n_past_;
   for (int il = 0; il < cfg_.n_layer; ++il) {
-    attention(il, n, pos0);
-    ffn(il, n);
+    if (cfg_.arch == Arch::qwen35moe) {
+      hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
+    } else {
+      attention(il, n, pos0);
+    }
+    ffn(model_.weights().layers[sz(il)], il, n);
     experts_->on_layer_output(il, h_.data(), n);
     if (observer_) observer_(il, "l_out", h_.data(), n, E);
   }
@@ -112,6 +168,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     ops::rms_norm(h_.data() + sz(i) * sz(E), w.output_norm.data, xn_.data() + sz(i - first) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(-1, "result_norm", xn_.data(), rows, E);
+  std::memcpy(hidden_.data() + sz(out_base) * sz(E), xn_.data(), sz(rows) * sz(E) * sizeof(float));
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
 
@@ -183,40 +240,14 @@ void Context::attention(int il, int n, int pos0) {
   }
 
   // Append to the KV cache.
-  float* kc = k_cache_.data() + sz(il) * sz(n_ctx_) * sz(nk);
-  float* vc = v_cache_.data() + sz(il) * sz(n_ctx_) * sz(nv);
+  float* kc = k_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(nk);
+  float* vc = v_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(nv);
   std::memcpy(kc + sz(pos0) * sz(nk), k_.data(), sz(n) * sz(nk) * sizeof(float));
   std::memcpy(vc + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
 
   // Causal attention, one (token, head) pair per task.
-  const int group = cfg_.n_head / cfg_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t n_pairs = static_cast<int64_t>(n) * cfg_.n_head;
-  const int n_kv_max = pos0 + n;
-  pool_.parallel_for(n_pairs, 1, [&](int, int64_t b, int64_t e) {
-    std::vector<float> sc(sz(n_kv_max));
-    for (int64_t pidx = b; pidx < e; ++pidx) {
-      const int i = static_cast<int>(pidx / cfg_.n_head);
-      const int h = static_cast<int>(pidx % cfg_.n_head);
-      const int g = h / group;
-      const int n_kv = pos0 + i + 1;
-      const float* qv = q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd);
-      for (int j = 0; j < n_kv; ++j) {
-        const float* kv = kc + sz(j) * sz(nk) + sz(g) * sz(hd);
-        float s = 0.0f;
-        for (int d = 0; d < hd; ++d) s += kv[d] * qv[d];
-        sc[sz(j)] = s * scale;
-      }
-      ops::softmax(sc.data(), n_kv);
-      float* out = att_.data() + sz(i) * sz(cfg_.n_head) * sz(hdv) + sz(h) * sz(hdv);
-      for (int d = 0; d < hdv; ++d) out[d] = 0.0f;
-      for (int j = 0; j < n_kv; ++j) {
-        const float* vv = vc + sz(j) * sz(nv) + sz(g) * sz(hdv);
-        const float p = sc[sz(j)];
-        for (int d = 0; d < hdv; ++d) out[d] += p * vv[d];
-      }
-    }
-  });
+  const AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
+  causal_attention(as, q_.data(), nq, kc, vc, n, pos0, att_.data(), pool_);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
   matmul(L.wo, att_.data(), n, cfg_.n_head * hdv, tmp_.data(), E, pool_, acts_);
@@ -229,8 +260,31 @@ void Context::attention(int il, int n, int pos0) {
   if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
 }
 
-void Context::ffn(int il, int n) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
+  const int64_t E = cfg_.n_embd;
+  for (int i = 0; i < n; ++i) {
+    ops::rms_norm(h_.data() + sz(i) * sz(E), L.attn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
+  }
+  if (observer_) observer_(il, "attn_norm", xn_.data(), n, E);
+  if (rec_slot_[sz(il)] >= 0) {
+    delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_);
+  } else {
+    const size_t slot = sz(kv_slot_[sz(il)]);
+    float* kc = k_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_k());
+    float* vc = v_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_v());
+    gated_attn_->forward(L, xn_.data(), n, pos0, kc, vc, tmp_.data(), pool_);
+  }
+  if (observer_) observer_(il, "mixer_out", tmp_.data(), n, E);
+  for (int i = 0; i < n; ++i) {
+    float* t = tmp_.data() + sz(i) * sz(E);
+    float* hr = h_.data() + sz(i) * sz(E);
+    for (int64_t j = 0; j < E; ++j) hr[j] = t[j] + hr[j];
+  }
+  if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
+}
+
+void Context::ffn(const LayerWeights& L, int il, int n) {
+  const bool trunk = il < cfg_.n_layer;  // the MTP block (il == n_layer) uses resident experts
   const int64_t E = cfg_.n_embd;
   const int K = cfg_.n_expert_used;
   const int64_t F = cfg_.n_ff_exp;
@@ -239,7 +293,7 @@ void Context::ffn(int il, int n) {
     ops::rms_norm(h_.data() + sz(i) * sz(E), L.ffn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(il, "ffn_norm", xn_.data(), n, E);
-  experts_->on_router_input(il, xn_.data(), n);
+  if (trunk) experts_->on_router_input(il, xn_.data(), n);
 
   // Routing.
   ensure(sel_ids_, sz(n) * sz(K));
@@ -278,7 +332,7 @@ void Context::ffn(int il, int n) {
   }
 
   ensure(expert_out_, sz(n) * sz(K) * sz(E));
-  experts_->with_experts(il, uniq, [&](size_t ui, const ExpertView& ev) {
+  auto run_expert = [&](size_t ui, const ExpertView& ev) {
     const std::vector<int32_t>& mem = members[ui];
     const int64_t m = static_cast<int64_t>(mem.size());
     ensure(ex_in_, sz(m) * sz(E));
@@ -297,7 +351,15 @@ void Context::ffn(int il, int n) {
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
     }
-  });
+  };
+  if (trunk) {
+    experts_->with_experts(il, uniq, run_expert);
+  } else {
+    for (size_t ui = 0; ui < uniq.size(); ++ui) {
+      const int32_t e = uniq[ui];
+      run_expert(ui, ExpertView{L.gate.expert(e), L.up.expert(e), L.down.expert(e)});
+    }
+  }
 
   // Combine in router order: out = y0*w0 + y1*w1 + ... (fixed order, never completion order).
   for (int i = 0; i < n; ++i) {
@@ -328,7 +390,8 @@ void Context::ffn(int il, int n) {
       matmul(L.shexp_gate_inp, xn_.data(), n, E, sh_gate_.data(), 1, pool_, acts_);
       for (int i = 0; i < n; ++i) {
         const float g = sh_gate_[sz(i)];
-        sh_gate_[sz(i)] = ops::silu(g) / g;  // sigmoid, computed as llama.cpp does
+        // sigmoid, computed as llama.cpp does for each architecture
+        sh_gate_[sz(i)] = cfg_.arch == Arch::qwen35moe ? ops::sigmoid(g) : ops::silu(g) / g;
       }
     }
     for (int i = 0; i < n; ++i) {

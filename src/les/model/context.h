@@ -7,7 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "les/model/delta_net.h"
 #include "les/model/expert_source.h"
+#include "les/model/gated_attention.h"
 #include "les/model/matmul.h"
 #include "les/model/model.h"
 #include "les/util/thread_pool.h"
@@ -18,6 +20,9 @@ struct ContextParams {
   int n_ctx = 0;      // 0: the model's training context, capped at 4096
   int n_threads = 1;
   int n_batch = 256;  // tokens evaluated per forward pass during prefill
+  // Gated DeltaNet layers: chunked form of the delta rule for multi-token batches (equal up to
+  // rounding; the default token-by-token recurrence is what llama.cpp's CPU backend runs).
+  bool chunked_delta_rule = false;
 };
 
 // Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].
@@ -41,20 +46,42 @@ class Context {
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
-  // Forgets positions >= n (rollback of rejected tokens); 0 resets.
+  // Forgets positions >= n (rollback of rejected tokens); 0 resets. With recurrent (DeltaNet)
+  // layers the state is restored from the snapshot taken at the start of the last eval (or
+  // reset to position 0 when n is before it) and the kept tokens after it are evaluated again:
+  // the result is bit-identical to never having evaluated the forgotten tokens.
   void rollback(int n);
+
+  // Hidden state after output_norm of output i of the last eval ([n_embd]): the MTP head's input.
+  const float* hidden(int i) const;
+
+  // --- MTP (NextN) draft head: qwen35moe files with an MTP block, experts resident ---
+  // (its KV cache is allocated only then).
+  bool has_mtp() const { return model_.weights().mtp.runnable(); }
+  // Evaluates MTP rows: row i is (tokens[i], hidden + i * n_embd) at MTP position mtp_n_past() + i,
+  // with its own KV cache. Row i's logits predict the token after tokens[i]; its hidden state is
+  // the next draft step's input. Throws les::Error without an MTP block, with streamed experts,
+  // for a token out of range or when the MTP cache is full.
+  void mtp_eval(std::span<const int32_t> tokens, const float* hidden);
+  const float* mtp_logits(int i) const;   // [n_vocab], i < the last mtp_eval's row count
+  const float* mtp_hidden(int i) const;   // [n_embd]
+  int mtp_n_past() const { return mtp_n_past_; }
+  void mtp_rollback(int n);               // forgets MTP positions >= n
 
   void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
   ThreadPool& pool() { return pool_; }
   const Model& model() const { return model_; }
 
-  // Bytes of KV cache and work buffers (for memory budgets).
+  // Bytes of KV cache, recurrent state (with its snapshot) and work buffers (for memory budgets).
   uint64_t state_bytes() const;
 
  private:
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base);
   void attention(int il, int n, int pos0);
-  void ffn(int il, int n);
+  // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
+  void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
+  void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
+  void ffn(const LayerWeights& L, int il, int n);
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -66,10 +93,20 @@ class Context {
   int n_past_ = 0;
   int n_outputs_ = 0;
 
-  std::vector<float> k_cache_, v_cache_;  // [n_layer][n_ctx][n_kv_k|n_kv_v]
+  std::vector<float> k_cache_, v_cache_;  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v]
+  std::vector<int> kv_slot_;   // [n_layer]: KV cache slot of an attention layer, -1 for recurrent
+  std::vector<int> rec_slot_;  // [n_layer]: recurrent state slot of a DeltaNet layer, else -1
+  std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)
+  std::unique_ptr<RecurrentState> rec_;       // null without recurrent layers
+  std::unique_ptr<DeltaNetMixer> delta_net_;
+  std::unique_ptr<GatedAttentionMixer> gated_attn_;
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
   std::vector<float> logits_;  // [n_outputs][n_vocab]
+  std::vector<float> hidden_;  // [n_outputs][n_embd]: after output_norm
+  // MTP head: rows of the last mtp_eval.
+  int mtp_n_past_ = 0, mtp_rows_ = 0;
+  std::vector<float> mtp_in_, mtp_hidden_, mtp_logits_;  // [n][2 n_embd], [n][n_embd], [n][n_vocab]
   std::vector<float> rope_cache_;
   QuantizedActs acts_, acts2_;
   // MoE

@@ -155,9 +155,14 @@ struct ModelLoader {
     return s;
   }
 
-  Vec vec(const std::string& name, int64_t n, Need need) {
-    const gguf::TensorInfo* t = find(name, {n}, need);
+  Vec vec(const std::string& name, int64_t n, Need need) { return vec(name, std::vector<int64_t>{n}, need); }
+
+  // A float tensor of any shape, flattened (F16/BF16 converted to F32).
+  Vec vec(const std::string& name, const std::vector<int64_t>& shape, Need need) {
+    const gguf::TensorInfo* t = find(name, shape, need);
     if (!t) return {};
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
     m.dense_bytes_ += t->n_bytes;
     const uint8_t* p = data_of(t);
     if (t->type == Type::F32) return Vec{reinterpret_cast<const float*>(p), n};
@@ -176,6 +181,92 @@ struct ModelLoader {
     return Vec{m.owned_.back().data(), n};
   }
 
+  // qwen35moe: the mixer (Gated DeltaNet or gated attention) of trunk layer il.
+  void load_qwen35moe_mixer(int il, LayerWeights& L) {
+    const ModelConfig& c = m.cfg_;
+    const int64_t E = c.n_embd;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    if (m.gguf_.find_tensor(b + "nextn.eh_proj.weight")) {
+      throw Error(strfmt("%s: block %d is an MTP (NextN) block but is counted as a trunk layer: the key "
+                         "qwen35moe.nextn_predict_layers is missing or too small", m.path_.c_str(), il));
+    }
+    if (c.is_recurrent(il)) {
+      const int64_t nv = c.ssm_n_v_heads, vd = c.ssm_value_dim(), cd = c.ssm_conv_dim();
+      L.ssm_qkv = matrix(b + "attn_qkv.weight", E, cd, required);
+      L.ssm_z = matrix(b + "attn_gate.weight", E, vd, required);
+      L.ssm_beta = matrix(b + "ssm_beta.weight", E, nv, required);
+      L.ssm_alpha = matrix(b + "ssm_alpha.weight", E, nv, required);
+      L.ssm_conv1d = vec(b + "ssm_conv1d.weight", std::vector<int64_t>{c.ssm_d_conv, cd}, required);
+      L.ssm_dt_bias = vec(b + "ssm_dt.bias", nv, required);
+      L.ssm_a = vec(b + "ssm_a", nv, required);
+      L.ssm_norm = vec(b + "ssm_norm.weight", c.ssm_d_state, required);
+      L.ssm_out = matrix(b + "ssm_out.weight", vd, E, required);
+    } else {
+      const int64_t hd = c.head_dim_k;
+      L.wq = matrix(b + "attn_q.weight", E, 2 * c.n_q(), required);  // [q_h | gate_h] per head
+      L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+      L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+      L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+      L.q_norm = vec(b + "attn_q_norm.weight", hd, required);
+      L.k_norm = vec(b + "attn_k_norm.weight", hd, required);
+    }
+  }
+
+  // The MTP (NextN) block after the trunk (qwen35moe): loaded as the draft head; it never runs in
+  // the main pass. Its routed experts are resident only (a streamed model cannot draft).
+  void load_mtp_block() {
+    const ModelConfig& c = m.cfg_;
+    if (c.n_layer_nextn == 0) return;
+    if (c.n_layer_nextn != 1) {
+      throw Error(strfmt("%s: %d MTP blocks; only one is supported (nextn_predict_layers)", m.path_.c_str(),
+                         c.n_layer_nextn));
+    }
+    const int il = c.n_layer;
+    const int64_t E = c.n_embd;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    MtpWeights& t = m.w_.mtp;
+    LayerWeights& L = t.block;
+    L.attn_norm = vec(b + "attn_norm.weight", E, required);
+    L.wq = matrix(b + "attn_q.weight", E, 2 * c.n_q(), required);
+    L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+    L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+    L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+    L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
+    load_moe(il, L);
+    t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
+    t.enorm = vec(b + "nextn.enorm.weight", E, required);
+    t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
+    t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
+    if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
+    t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
+    if (!t.embed.present()) t.embed = m.w_.tok_embd;
+    t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
+    if (!t.head.present()) t.head = m.w_.output;
+  }
+
+  // Router, routed experts and (optional) gated shared expert of layer il.
+  void load_moe(int il, LayerWeights& L) {
+    const ModelConfig& c = m.cfg_;
+    const int64_t E = c.n_embd;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
+    L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+    L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
+    L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
+    if (c.n_ff_shexp > 0) {
+      if (c.shared_expert_gate) {
+        const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
+        L.shexp_gate_inp = Matrix{t->type, E, 1, row_bytes(t->type, E), data_of(t)};
+        m.dense_bytes_ += t->n_bytes;
+      }
+      L.shexp_gate = matrix(b + "ffn_gate_shexp.weight", E, c.n_ff_shexp, required);
+      L.shexp_up = matrix(b + "ffn_up_shexp.weight", E, c.n_ff_shexp, required);
+      L.shexp_down = matrix(b + "ffn_down_shexp.weight", c.n_ff_shexp, E, required);
+    }
+  }
+
   void load_all() {
     const ModelConfig& c = m.cfg_;
     ModelWeights& w = m.w_;
@@ -183,7 +274,7 @@ struct ModelLoader {
     w.tok_embd = matrix("token_embd.weight", E, c.n_vocab, required);
     w.output_norm = vec("output_norm.weight", E, required);
     const bool tied_ok = c.arch == Arch::qwen3moe || c.arch == Arch::llama || c.arch == Arch::qwen3 ||
-                         c.arch == Arch::qwen2;
+                         c.arch == Arch::qwen2 || c.arch == Arch::qwen35moe;
     w.output = matrix("output.weight", E, c.n_vocab, tied_ok ? optional : required);
     if (!w.output.present()) w.output = w.tok_embd;
     if (c.arch == Arch::llama) w.rope_freqs = vec("rope_freqs.weight", c.n_rot / 2, optional);
@@ -199,37 +290,33 @@ struct ModelLoader {
       LayerWeights& L = w.layers[static_cast<size_t>(il)];
       const std::string b = "blk." + std::to_string(il) + ".";
       L.attn_norm = vec(b + "attn_norm.weight", E, required);
-      L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
-      L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
-      L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
-      L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
-      L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
-      L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
-      L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
-      L.bo = vec(b + "attn_output.bias", E, optional);
-      if (c.qk_norm == QkNorm::per_head) {
-        L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
-        L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
-      } else if (c.qk_norm == QkNorm::full) {
-        L.q_norm = vec(b + "attn_q_norm.weight", c.n_q(), required);
-        L.k_norm = vec(b + "attn_k_norm.weight", c.n_kv_k(), required);
-      }
-      L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
-      if (c.moe) {
-        L.router = matrix(b + "ffn_gate_inp.weight", E, c.n_expert, required);
-        L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
-        L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
-        if (c.n_ff_shexp > 0) {
-          if (c.shared_expert_gate) {
-            const gguf::TensorInfo* t = find(b + "ffn_gate_inp_shexp.weight", {E}, required);
-            L.shexp_gate_inp = Matrix{t->type, E, 1, row_bytes(t->type, E), data_of(t)};
-            m.dense_bytes_ += t->n_bytes;
-          }
-          L.shexp_gate = matrix(b + "ffn_gate_shexp.weight", E, c.n_ff_shexp, required);
-          L.shexp_up = matrix(b + "ffn_up_shexp.weight", E, c.n_ff_shexp, required);
-          L.shexp_down = matrix(b + "ffn_down_shexp.weight", c.n_ff_shexp, E, required);
+      if (c.arch == Arch::qwen35moe) {
+        load_qwen35moe_mixer(il, L);
+        L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
+        if (m.gguf_.find_tensor(b + "ffn_gate_up_exps.weight")) {
+          throw Error(strfmt("%s: '%sffn_gate_up_exps.weight' (fused gate/up experts) is not supported; "
+                             "convert with separate ffn_gate_exps / ffn_up_exps", m.path_.c_str(), b.c_str()));
         }
+      } else {
+        L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
+        L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+        L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+        L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
+        L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
+        L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
+        L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+        L.bo = vec(b + "attn_output.bias", E, optional);
+        if (c.qk_norm == QkNorm::per_head) {
+          L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+          L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+        } else if (c.qk_norm == QkNorm::full) {
+          L.q_norm = vec(b + "attn_q_norm.weight", c.n_q(), required);
+          L.k_norm = vec(b + "attn_k_norm.weight", c.n_kv_k(), required);
+        }
+        L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
+      }
+      if (c.moe) {
+        load_moe(il, L);
       } else {
         L.gate = dense_as_expert(b + "ffn_gate.weight", E, c.n_ff_exp);
         L.up = dense_as_expert(b + "ffn_up.weight", E, c.n_ff_exp);
@@ -237,6 +324,7 @@ struct ModelLoader {
       }
     }
 
+    load_mtp_block();
     for (const auto& t : m.gguf_.tensors) {
       if (!used.count(t.name)) {
         throw Error(strfmt("%s: tensor '%s' is not used by architecture %s (unexpected tensor: the file "

@@ -39,10 +39,25 @@ void rope_cache(const RopeParams& p, int64_t pos, float* cache) {
     cache[i0 + 1] = std::sin(t);
     theta *= theta_scale;
   }
+  if (p.type == RopeType::imrope) {
+    // Interleaved M-RoPE with text positions (p, p, p, 0): pair i rotates by position p when its
+    // sector falls in the t, h or w section, else by the e position 0 (no rotation).
+    const int* s = p.sections;
+    const int sect_dims = s[0] + s[1] + s[2] + s[3];
+    for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+      const int sector = (i0 / 2) % sect_dims;
+      const bool text = (sector % 3 == 1 && sector < 3 * s[1]) || (sector % 3 == 2 && sector < 3 * s[2]) ||
+                        (sector % 3 == 0 && sector < 3 * s[0]);
+      if (!text) {
+        cache[i0] = 1.0f;
+        cache[i0 + 1] = 0.0f;
+      }
+    }
+  }
 }
 
 void rope_apply(const RopeParams& p, const float* cache, float* x) {
-  if (p.type == RopeType::neox) {
+  if (p.type == RopeType::neox || p.type == RopeType::imrope) {
     const int half = p.n_rot / 2;
     for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
       const int ic = i0 / 2;

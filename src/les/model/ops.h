@@ -22,6 +22,7 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;
+  const int* sections = nullptr;  // RopeType::imrope: the 4 M-RoPE sections (text positions)
 };
 // Fills cache[0..n_rot) with interleaved (cos, sin) for position pos (as ggml's rope cache).
 void rope_cache(const RopeParams& p, int64_t pos, float* cache);
@@ -29,5 +30,6 @@ void rope_cache(const RopeParams& p, int64_t pos, float* cache);
 void rope_apply(const RopeParams& p, const float* cache, float* x);
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 }  // namespace les::ops

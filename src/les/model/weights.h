@@ -68,6 +68,32 @@ struct LayerWeights {
   ExpertStack gate, up, down;  // gate/up [n_expert][n_ff][n_embd], down [n_expert][n_embd][n_ff]
   Matrix shexp_gate_inp;    // [1][n_embd] (qwen2moe), optional
   Matrix shexp_gate, shexp_up, shexp_down;  // shared expert, optional
+
+  // Gated DeltaNet mixer (qwen35moe recurrent layers; the attention fields above are then absent).
+  // S = ssm_d_state, conv_dim = 2 * n_k * S + n_v * S.
+  Matrix ssm_qkv;           // attn_qkv [conv_dim][n_embd]: [q (n_k*S) | k (n_k*S) | v (n_v*S)]
+  Matrix ssm_z;             // attn_gate [n_v*S][n_embd]: output gate z
+  Matrix ssm_beta;          // [n_v][n_embd]: write strength (before sigmoid)
+  Matrix ssm_alpha;         // [n_v][n_embd]: decay input
+  Vec ssm_conv1d;           // [conv_dim][d_conv]: tap d_conv-1 multiplies the current token
+  Vec ssm_dt_bias;          // [n_v]
+  Vec ssm_a;                // [n_v]: -exp(A_log)
+  Vec ssm_norm;             // [S]: gated RMSNorm weight (plain, not 1 + w)
+  Matrix ssm_out;           // [n_embd][n_v*S]
+};
+
+// MTP (NextN) draft head of qwen35moe: one gated-attention + MoE block over
+// y = eh_proj . [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm].
+struct MtpWeights {
+  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk attention layer
+  Matrix eh_proj;           // [n_embd][2 n_embd]: embedding half first
+  Vec enorm, hnorm;         // [n_embd]
+  Vec head_norm;            // nextn.shared_head_norm, else output_norm
+  Matrix embed;             // nextn.embed_tokens, else token_embd
+  Matrix head;              // nextn.shared_head_head, else output
+  bool present() const { return eh_proj.present(); }
+  // The head can draft: present with resident experts (a streamed model's MTP experts are not).
+  bool runnable() const { return present() && block.gate.data != nullptr; }
 };
 
 struct ModelWeights {
@@ -76,6 +102,7 @@ struct ModelWeights {
   Matrix output;            // [n_vocab][n_embd] (may alias tok_embd when tied)
   Vec rope_freqs;           // optional [n_rot/2] frequency factors (llama3)
   std::vector<LayerWeights> layers;
+  MtpWeights mtp;           // absent unless the file has an MTP block (qwen35moe)
 };
 
 }  // namespace les

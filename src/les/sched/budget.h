@@ -11,7 +11,8 @@ namespace les {
 struct BudgetPlan {
   uint64_t total = 0;      // the budget
   uint64_t dense = 0;      // dense weights (resident)
-  uint64_t kv = 0;         // KV cache
+  uint64_t kv = 0;         // KV cache (attention layers)
+  uint64_t recurrent = 0;  // recurrent (DeltaNet conv + delta-rule) state with its rollback snapshot
   uint64_t work = 0;       // activation buffers (estimate for the batch size)
   uint64_t overhead = 0;   // code, tokenizer, allocator slack
   uint64_t cache = 0;      // what is left for expert slots

@@ -15,6 +15,8 @@ struct NamedShape {
   Arch arch;
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_vocab, n_ctx;
   float rope_freq_base;
+  // qwen35moe: DeltaNet state size, q/k heads, v heads, rotated dims (0: derived from the shape).
+  int ssm_d_state = 0, ssm_n_k_heads = 0, ssm_n_v_heads = 0, n_rot = 0;
 };
 
 // n_ff_shexp is used by qwen2moe only.
@@ -26,6 +28,8 @@ const NamedShape kShapes[] = {
     {"qwen3-0.6b", Arch::qwen3, 28, 1024, 16, 8, 128, 0, 0, 3072, 0, 151936, 40960, 1e6f},
     {"mixtral-8x7b", Arch::llama, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 32768, 1e6f},
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
+    {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
+    {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
 };
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
@@ -44,6 +48,7 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "olmoe") return Arch::olmoe;
   if (name == "llama" || name == "mixtral") return Arch::llama;
   if (name == "qwen3") return Arch::qwen3;
+  if (name == "qwen35moe") return Arch::qwen35moe;
   return std::nullopt;
 }
 
@@ -67,7 +72,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   s.n_expert = ns->n_expert;
   s.n_expert_used = ns->n_expert_used;
   s.n_ff_exp = ns->n_ff_exp;
-  s.n_ff_shexp = s.arch == Arch::qwen2moe ? ns->n_ff_shexp : 0;
+  s.n_ff_shexp = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe ? ns->n_ff_shexp : 0;
   s.n_vocab = ns->n_vocab;
   s.n_ctx = ns->n_ctx;
   s.rope_freq_base = ns->rope_freq_base;
@@ -93,6 +98,15 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     s.n_head_kv = std::gcd(s.n_head, s.n_head_kv);
   }
   if (s.arch == Arch::olmoe) s.n_head_kv = s.n_head;
+  if (s.arch == Arch::qwen35moe) {
+    // Shapes without DeltaNet sizes get heads of head_dim: n_head_kv q/k heads, n_head v heads.
+    s.ssm_d_state = ns->ssm_d_state ? ns->ssm_d_state : s.head_dim;
+    s.ssm_n_k_heads = ns->ssm_n_k_heads ? ns->ssm_n_k_heads : s.n_head_kv;
+    s.ssm_n_v_heads = ns->ssm_n_v_heads ? ns->ssm_n_v_heads : s.n_head;
+    s.n_rot = ns->n_rot ? ns->n_rot : std::max(2, s.head_dim / 4 / 2 * 2);
+    if (s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
+    s.attn_window = 0.0f;  // no q/k biases in this architecture
+  }
   return s;
 }
 
@@ -122,9 +136,28 @@ void validate(const SynthSpec& s) {
     }
   }
   if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
-  if (s.arch == Arch::qwen2moe && s.n_ff_shexp < 1) fail("qwen2moe needs a shared expert (ff-shared >= 1)");
-  if (s.arch != Arch::qwen2moe && s.n_ff_shexp != 0) {
-    fail(strfmt("ff-shared = %d: only qwen2moe has a shared expert", s.n_ff_shexp));
+  const bool shared = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe;
+  if (shared && s.n_ff_shexp < 1) fail(strfmt("%s needs a shared expert (ff-shared >= 1)", an));
+  if (!shared && s.n_ff_shexp != 0) {
+    fail(strfmt("ff-shared = %d: only qwen2moe and qwen35moe have a shared expert", s.n_ff_shexp));
+  }
+  if (s.arch == Arch::qwen35moe) {
+    if (s.n_rot < 2 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
+      fail(strfmt("rope-dims = %d must be even and in [2, head-dim = %d]", s.n_rot, s.head_dim));
+    }
+    if (s.full_attn_interval < 1) fail(strfmt("attn-interval = %d must be >= 1", s.full_attn_interval));
+    if (s.ssm_d_state < 1 || s.ssm_n_k_heads < 1 || s.ssm_n_v_heads < 1) {
+      fail(strfmt("ssm-state = %d, ssm-k-heads = %d and ssm-v-heads = %d must be >= 1", s.ssm_d_state,
+                  s.ssm_n_k_heads, s.ssm_n_v_heads));
+    }
+    if (s.ssm_n_v_heads % s.ssm_n_k_heads != 0) {
+      fail(strfmt("ssm-v-heads = %d is not a multiple of ssm-k-heads = %d", s.ssm_n_v_heads, s.ssm_n_k_heads));
+    }
+    if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
+    if (s.attn_window != 0.0f) fail("attn-window must be 0 for qwen35moe (the architecture has no q/k biases)");
+  }
+  if (s.n_mtp != 0 && (s.n_mtp != 1 || s.arch != Arch::qwen35moe)) {
+    fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
   }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
   if (s.n_ctx < 1) fail(strfmt("ctx = %d must be >= 1", s.n_ctx));

@@ -52,6 +52,7 @@ class Builder {
     const int64_t E = s_.n_embd, V = s_.n_vocab;
     matrix("token_embd.weight", {E, V}, d_.sigma_embd);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
+    if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
     vector("output_norm.weight", std::move(onorm));
@@ -68,35 +69,118 @@ class Builder {
     w_.add_string("general.name", s_.name);
     w_.add_u32("general.file_type", file_type(plan_));
     w_.add_u32("general.quantization_version", 2);
-    w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer));
+    w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer + s_.n_mtp));
+    if (s_.n_mtp > 0) w_.add_u32(p + "nextn_predict_layers", static_cast<uint32_t>(s_.n_mtp));
     w_.add_u32(p + "context_length", static_cast<uint32_t>(s_.n_ctx));
     w_.add_u32(p + "embedding_length", static_cast<uint32_t>(s_.n_embd));
     w_.add_u32(p + "attention.head_count", static_cast<uint32_t>(s_.n_head));
     w_.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
     w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
     w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
-    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(s_.head_dim));
+    const bool hybrid = s_.arch == Arch::qwen35moe;
+    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
     w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
     if (d_.moe) {
       w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
       w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
-      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe) {
+      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
         w_.add_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
       } else {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
       }
-      if (s_.arch == Arch::qwen2moe) {
+      if (s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "expert_shared_feed_forward_length", static_cast<uint32_t>(s_.n_ff_shexp));
       }
     } else {
       w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
     }
+    if (hybrid) {
+      const int half = s_.n_rot / 2;  // M-RoPE sections covering every rotated pair: t, h, w
+      w_.add_i32_array(p + "rope.dimension_sections", {(half + 2) / 3, (half + 1) / 3, half / 3, 0});
+      w_.add_u32(p + "full_attention_interval", static_cast<uint32_t>(s_.full_attn_interval));
+      w_.add_u32(p + "ssm.conv_kernel", static_cast<uint32_t>(s_.ssm_d_conv));
+      w_.add_u32(p + "ssm.state_size", static_cast<uint32_t>(s_.ssm_d_state));
+      w_.add_u32(p + "ssm.group_count", static_cast<uint32_t>(s_.ssm_n_k_heads));
+      w_.add_u32(p + "ssm.time_step_rank", static_cast<uint32_t>(s_.ssm_n_v_heads));
+      w_.add_u32(p + "ssm.inner_size", static_cast<uint32_t>(s_.ssm_n_v_heads * s_.ssm_d_state));
+    }
     add_synth_tokenizer(w_, s_.n_vocab);
   }
 
+  // qwen35moe layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
+  // expert. DeltaNet scales keep every projection's output rms near 1 for rms-1 inputs.
+  // The MTP block il = n_layer: a gated-attention layer with MoE, plus eh_proj and its norms
+  // (shared_head_norm written; embedding and head shared with the trunk).
+  void add_mtp_block(int il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    const int64_t E = s_.n_embd;
+    add_hybrid_layer(il, d_.layers.back(), true);
+    matrix(b + "nextn.eh_proj.weight", {2 * E, E}, 1.0f / std::sqrt(static_cast<float>(2 * E)));
+    constant(b + "nextn.enorm.weight", E, 1.0f);
+    constant(b + "nextn.hnorm.weight", E, 1.0f);
+    constant(b + "nextn.shared_head_norm.weight", E, 1.0f);
+  }
+
+  void add_hybrid_layer(int il) { add_hybrid_layer(il, d_.layers[static_cast<size_t>(il)], false); }
+
+  void add_hybrid_layer(int il, const LayerDesign& L, bool attention) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    const int64_t E = s_.n_embd, hd = s_.head_dim;
+    const int64_t nq = s_.n_head * hd, nkv = s_.n_head_kv * hd;
+    const float in_sigma = 1.0f / std::sqrt(static_cast<float>(E));
+    constant(b + "attn_norm.weight", E, 1.0f);
+    if (!attention && (il + 1) % s_.full_attn_interval != 0) {
+      const int64_t S = s_.ssm_d_state, nv = s_.ssm_n_v_heads;
+      const int64_t vd = nv * S, cd = 2 * s_.ssm_n_k_heads * S + vd;
+      matrix(b + "attn_qkv.weight", {E, cd}, in_sigma);
+      matrix(b + "attn_gate.weight", {E, vd}, in_sigma);
+      matrix(b + "ssm_beta.weight", {E, nv}, in_sigma);
+      matrix(b + "ssm_alpha.weight", {E, nv}, in_sigma);
+      float_tensor(b + "ssm_conv1d.weight", {s_.ssm_d_conv, cd}, 0.5f, 0.0f);
+      float_tensor(b + "ssm_dt.bias", {nv}, 0.5f, 0.0f);
+      float_tensor(b + "ssm_a", {nv}, 0.2f, -1.0f);  // -exp(A_log) around -1
+      constant(b + "ssm_norm.weight", S, 1.0f);
+      const float o_scale = std::sqrt(static_cast<float>(nq) / static_cast<float>(vd));
+      matrix(b + "ssm_out.weight", {vd, E}, SplitSigma{L.sigma_o.ctx * o_scale, L.sigma_o.tok * o_scale});
+    } else {
+      matrix(b + "attn_q.weight", {E, 2 * nq}, L.sigma_q);
+      matrix(b + "attn_k.weight", {E, nkv}, L.sigma_k);
+      matrix(b + "attn_v.weight", {E, nkv}, L.sigma_v);
+      matrix(b + "attn_output.weight", {nq, E}, L.sigma_o);
+      constant(b + "attn_q_norm.weight", hd, d_.qk_norm_weight);
+      constant(b + "attn_k_norm.weight", hd, d_.qk_norm_weight);
+    }
+    constant(b + "post_attention_norm.weight", E, 1.0f);
+    const int64_t F = s_.n_ff_exp, X = s_.n_expert, FS = s_.n_ff_shexp;
+    router(b + "ffn_gate_inp.weight", L);
+    matrix(b + "ffn_gate_exps.weight", {E, F, X}, L.sigma_gate);
+    matrix(b + "ffn_up_exps.weight", {E, F, X}, L.sigma_up);
+    matrix(b + "ffn_down_exps.weight", {F, E, X}, L.sigma_down);
+    normal_vector(b + "ffn_gate_inp_shexp.weight", E, L.sigma_sh_inp);
+    matrix(b + "ffn_gate_shexp.weight", {E, FS}, L.sigma_sh_gate);
+    matrix(b + "ffn_up_shexp.weight", {E, FS}, L.sigma_sh_up);
+    matrix(b + "ffn_down_shexp.weight", {FS, E}, L.sigma_sh_down);
+  }
+
+  // An F32 tensor of any shape: offset + sigma * (approximately normal values).
+  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    fill_normal_row(sigma, tensor_key(s_.seed, name), 0, n, v.data());
+    for (float& x : v) x += offset;
+    count(ne, Type::F32);
+    auto data = std::make_shared<std::vector<float>>(std::move(v));
+    w_.add_tensor(name, std::move(ne), Type::F32, gguf::Writer::FillFn([data](void* dst, uint64_t n_bytes) {
+      LES_ASSERT(n_bytes == data->size() * sizeof(float));
+      std::copy(data->begin(), data->end(), static_cast<float*>(dst));
+    }));
+  }
+
   void add_layer(int il) {
+    if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;

@@ -1,0 +1,36 @@
+// Gated full-attention mixer (qwen35moe attention layers):
+//   [q_h | gate_h] per head = attn_q . x;  k = attn_k . x;  v = attn_v . x
+//   q_h, k_h: per-head RMSNorm (attn_q_norm / attn_k_norm), then RoPE on the first n_rot dims
+//   (interleaved M-RoPE sections; text tokens use one position)
+//   a = causal GQA attention (scale 1/sqrt(head_dim)) over the KV cache (K after norm and RoPE)
+//   out = attn_output . (a * sigmoid(gate))
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "les/model/config.h"
+#include "les/model/matmul.h"
+#include "les/model/weights.h"
+#include "les/util/thread_pool.h"
+
+namespace les {
+
+class GatedAttentionMixer {
+ public:
+  explicit GatedAttentionMixer(const ModelConfig& c) : c_(c) {}
+
+  // x: n normed input rows [n][n_embd] at positions pos0..; k_cache/v_cache: this layer's cache
+  // rows [n_ctx][n_kv_k | n_kv_v] (rows pos0 .. pos0 + n - 1 are written); out: [n][n_embd].
+  void forward(const LayerWeights& L, const float* x, int n, int pos0, float* k_cache, float* v_cache, float* out,
+               ThreadPool& pool);
+
+  uint64_t bytes() const;
+
+ private:
+  const ModelConfig& c_;
+  std::vector<float> qg_, q_, k_, v_, att_, rope_;
+  QuantizedActs acts_;
+};
+
+}  // namespace les
