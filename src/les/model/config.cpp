@@ -142,6 +142,10 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
 
   // Vocabulary size: from the tokenizer if present, else from token_embd.
   if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens")) {
+    if (toks->type != gguf::ValueType::ARRAY || toks->elem_type != gguf::ValueType::STRING) {
+      throw Error(strfmt("%s: key 'tokenizer.ggml.tokens' must be an array of strings, not %s", path.c_str(),
+                         gguf::value_type_name(toks->type == gguf::ValueType::ARRAY ? toks->elem_type : toks->type)));
+    }
     c.n_vocab = static_cast<int>(toks->arr.size());
   }
   if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {

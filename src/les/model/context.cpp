@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "les/model/ops.h"
 #include "les/model/router.h"
@@ -31,8 +32,20 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
   n_ctx_ = p.n_ctx > 0 ? p.n_ctx : std::min(cfg_.n_ctx_train, 4096);
   if (n_ctx_ < 1) throw Error("context size must be >= 1");
   n_batch_ = std::max(1, p.n_batch);
-  k_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
-  v_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  // KV cache: n_layer x n_ctx x (n_kv_k + n_kv_v) floats; a size that overflows or cannot be
+  // allocated is an error naming the context size, not std::bad_alloc.
+  size_t kv_floats = 0;
+  if (__builtin_mul_overflow(sz(cfg_.n_layer) * sz(n_ctx_), sz(cfg_.n_kv_k() + cfg_.n_kv_v()), &kv_floats) ||
+      kv_floats > (size_t(1) << 60) / sizeof(float)) {
+    throw Error(strfmt("a context of %d positions needs a KV cache larger than 2^60 bytes (lower the context size)", n_ctx_));
+  }
+  try {
+    k_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
+    v_cache_.assign(sz(cfg_.n_layer) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw Error(strfmt("cannot allocate the KV cache: %.1f MiB for a context of %d positions (lower the context size)",
+                       static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
+  }
   rope_cache_.resize(sz(cfg_.n_rot));
 }
 
