@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the library and the whole test suite with clang at -O1 under sanitizers and runs it:
+# Builds the library and the whole test suite with clang at -O1 (line tables only) under
+# sanitizers and runs it:
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) in build-asan, which
 #         also holds the libFuzzer targets (fuzz/, coverage-instrumented; scripts/fuzz.sh runs them)
 #   tsan: ThreadSanitizer in build-tsan
@@ -23,7 +24,7 @@ build() {  # dir sanitizers extra-cmake-args... ; targets come from $TARGETS
   local dir=$1 san=$2
   shift 2
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1" \
     -DLES_SANITIZE="$san" -DLES_BUILD_BENCH=OFF "$@" >/dev/null
   ninja -C "$dir" -j"$JOBS" $TARGETS
 }
