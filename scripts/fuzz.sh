@@ -4,13 +4,14 @@
 # inputs go to build-asan/fuzz-out/<target>/corpus, the committed corpus is not modified).
 # Fails on a crash, a sanitizer report, a leak, a hang (one input running over 10 s) or an input
 # using over 2 GiB. Prints each target's executions per second and the coverage reached.
-#   FUZZ_SECONDS   seconds per target (default 60); FUZZ_JOBS targets run at once (default: nproc)
+#   FUZZ_SECONDS   seconds per target (default 60); FUZZ_JOBS targets run at once (default 3: all,
+#                  so that the run takes about FUZZ_SECONDS)
 #   scripts/fuzz.sh [TARGET...]     (default: gguf pack tokenizer)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${LES_ASAN_BUILD:-build-asan}
 SECS=${FUZZ_SECONDS:-60}
-JOBS=${FUZZ_JOBS:-$(nproc)}
+JOBS=${FUZZ_JOBS:-3}
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf pack tokenizer)
 OUT=$BUILD/fuzz-out
