@@ -341,3 +341,16 @@ TEST(CorruptModel, NonFiniteNormIsRefusedAtLoad) {
     }
   }
 }
+
+// A header that declares more embedding rows than an int holds (the data would be a file of
+// several GiB, so the header is edited in memory): refused, not narrowed.
+TEST(CorruptModel, HugeVocabularyRowsAreRefused) {
+  ScopedDir d;
+  gguf::File f = gguf::read_file(les::test::small_synth_model(d, "m.gguf"));
+  for (auto& t : f.tensors) {
+    if (t.name == "token_embd.weight") t.ne[1] = int64_t(1) << 31;
+  }
+  std::erase_if(f.kv, [](const auto& kv) { return kv.first == "tokenizer.ggml.tokens"; });
+  const std::string msg = error_of([&] { config_from_gguf(f, "huge.gguf"); });
+  EXPECT_NE(msg.find("token_embd.weight has 2147483648 rows"), std::string::npos) << msg;
+}

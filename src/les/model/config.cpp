@@ -150,6 +150,10 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
   }
   if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {
     if (te->ne.size() == 2) {
+      if (te->ne[1] > (int64_t(1) << 30)) {
+        throw Error(strfmt("%s: token_embd.weight has %lld rows, more than the 2^30 tokens supported", path.c_str(),
+                           static_cast<long long>(te->ne[1])));
+      }
       if (c.n_vocab != 0 && c.n_vocab != te->ne[1]) {
         throw Error(strfmt("%s: tokenizer has %d tokens but token_embd.weight has %lld rows", path.c_str(),
                            c.n_vocab, static_cast<long long>(te->ne[1])));
