@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake ninja-build pkg-config libgtest-dev liburing-dev nlohmann-json3-dev libxxhash-dev"
+# Sanitizer builds and libFuzzer (scripts/test-sanitizers.sh, scripts/fuzz.sh): clang, its runtime
+# libraries and llvm-symbolizer for readable reports. LES_SETUP_NO_SANITIZERS=1 skips them.
+if [ -z "${LES_SETUP_NO_SANITIZERS:-}" ]; then PKGS="$PKGS clang libclang-rt-14-dev llvm"; fi
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

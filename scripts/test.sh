@@ -2,9 +2,20 @@
 # Sets up, builds and runs the whole test suite. The llama.cpp reference (node-llama-cpp, npm)
 # is installed when Node.js >= 20 is available; without it the live llama.cpp comparisons skip
 # and the stored llama.cpp references are still checked.
+# Then the hardening runs (docs/hardening.md): the suite under ASan+UBSan, each fuzz target for
+# FUZZ_SECONDS (60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+T0=$(date +%s)
+TIMES=""
+mark() {  # phase name: appends the seconds since the previous mark
+  local now
+  now=$(date +%s)
+  TIMES="$TIMES$(printf '  %-28s %5d s' "$1" $((now - ${LAST:-$T0})))"$'\n'
+  LAST=$now
+}
 bash scripts/setup.sh
+mark "setup + Release build"
 
 if command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
   if [ ! -d tools/llamacpp-ref/node_modules/node-llama-cpp ]; then
@@ -16,4 +27,19 @@ else
   echo "test: Node.js >= 20 not found; live llama.cpp comparisons will skip"
 fi
 
+mark "llama.cpp reference (npm)"
+
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+mark "Release tests"
+
+if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
+  bash scripts/test-sanitizers.sh asan
+  mark "ASan+UBSan build + tests"
+  bash scripts/fuzz.sh
+  mark "fuzzing (3 targets)"
+  bash scripts/test-sanitizers.sh tsan
+  mark "TSan build + tests"
+fi
+echo "test: phase times"
+printf '%s' "$TIMES"
+echo "test: total $(( $(date +%s) - T0 )) s"

@@ -221,10 +221,18 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
 
   // Vocabulary size: from the tokenizer if present, else from token_embd.
   if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens")) {
+    if (toks->type != gguf::ValueType::ARRAY || toks->elem_type != gguf::ValueType::STRING) {
+      throw Error(strfmt("%s: key 'tokenizer.ggml.tokens' must be an array of strings, not %s", path.c_str(),
+                         gguf::value_type_name(toks->type == gguf::ValueType::ARRAY ? toks->elem_type : toks->type)));
+    }
     c.n_vocab = static_cast<int>(toks->arr.size());
   }
   if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {
     if (te->ne.size() == 2) {
+      if (te->ne[1] > (int64_t(1) << 30)) {
+        throw Error(strfmt("%s: token_embd.weight has %lld rows, more than the 2^30 tokens supported", path.c_str(),
+                           static_cast<long long>(te->ne[1])));
+      }
       if (c.n_vocab != 0 && c.n_vocab != te->ne[1]) {
         throw Error(strfmt("%s: tokenizer has %d tokens but token_embd.weight has %lld rows", path.c_str(),
                            c.n_vocab, static_cast<long long>(te->ne[1])));

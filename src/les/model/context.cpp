@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "les/model/attention_core.h"
 #include "les/model/ops.h"
@@ -42,8 +43,20 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     kv_slot_.push_back(n_kv_layers++);
     rec_slot_.push_back(-1);
   }
-  k_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
-  v_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  // KV cache: n_kv_layers x n_ctx x (n_kv_k + n_kv_v) floats; a size that overflows or cannot be
+  // allocated is an error naming the context size, not std::bad_alloc.
+  size_t kv_floats = 0;
+  if (__builtin_mul_overflow(sz(n_kv_layers) * sz(n_ctx_), sz(cfg_.n_kv_k() + cfg_.n_kv_v()), &kv_floats) ||
+      kv_floats > (size_t(1) << 60) / sizeof(float)) {
+    throw Error(strfmt("a context of %d positions needs a KV cache larger than 2^60 bytes (lower the context size)", n_ctx_));
+  }
+  try {
+    k_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
+    v_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw Error(strfmt("cannot allocate the KV cache: %.1f MiB for a context of %d positions (lower the context size)",
+                       static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
+  }
   tokens_.assign(sz(n_ctx_), 0);
   if (n_rec_layers > 0) {
     rec_ = std::make_unique<RecurrentState>(cfg_);

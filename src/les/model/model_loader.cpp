@@ -9,6 +9,7 @@
 #include <set>
 
 #include "les/model/model.h"
+#include "les/quant/finite.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
 
@@ -165,6 +166,10 @@ struct ModelLoader {
     for (int64_t d : shape) n *= d;
     m.dense_bytes_ += t->n_bytes;
     const uint8_t* p = data_of(t);
+    // Norms and biases are small: a NaN or infinity in one is refused here (matrices: les verify).
+    if (const auto nf = find_nonfinite(t->type, p, n)) {
+      throw Error(strfmt("%s: tensor '%s': %s", m.path_.c_str(), name.c_str(), describe_nonfinite(t->type, *nf).c_str()));
+    }
     if (t->type == Type::F32) return Vec{reinterpret_cast<const float*>(p), n};
     std::vector<float> out(static_cast<size_t>(n));
     if (t->type == Type::F16 || t->type == Type::BF16) {

@@ -46,9 +46,10 @@ PackSummary pack_model(const std::string& in_path, const std::string& out_path, 
 struct VerifySummary {
   int layers = 0;
   int64_t experts = 0;
-  uint64_t bytes = 0;                 // expert row bytes read
+  int64_t tensors = 0;                // tensors (other than packed rows) scanned for non-finite values
+  uint64_t bytes = 0;                 // bytes read (expert rows and the other tensors)
   double seconds = 0;
-  std::vector<std::string> problems;  // one line per bad expert: "layer L, expert E: ..."
+  std::vector<std::string> problems;  // one line per bad expert ("layer L, expert E: ...") or tensor
   bool ok() const { return problems.empty(); }
 };
 
@@ -57,7 +58,15 @@ struct VerifySummary {
 // every expert row and compares the xxh3-64 of its gate+up+down bytes with the recorded checksum
 // and checks that its padding is zero; each failing expert becomes one line in problems, naming
 // the layer and expert. Reads with pread in large chunks and drops them from the page cache.
+// It also scans every expert's gate/up/down matrices and every other tensor for non-finite values
+// (quant/finite.h: NaN/inf floats, NaN/inf block scales): one line per bad part or tensor naming
+// it and its first bad block.
 // Throws les::Error for a file without pack metadata ("not a packed model").
 VerifySummary verify_packed(const std::string& path, const ProgressFn& progress = {});
+
+// Checks any GGUF file (packed or not): the container's structure (a structural fault throws
+// les::Error), then every tensor's data for non-finite values as above; a packed file gets
+// verify_packed's full check. Reads each tensor with pread in chunks of whole blocks.
+VerifySummary verify_weights(const std::string& path, const ProgressFn& progress = {});
 
 }  // namespace les::pack

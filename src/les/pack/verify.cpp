@@ -1,4 +1,5 @@
-// les verify: a packed file's structure and every expert's checksum.
+// les verify: a packed file's structure and every expert's checksum; any file's tensors scanned
+// for non-finite values.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "les/gguf/gguf.h"
 #include "les/pack/pack.h"
 #include "les/pack/pack_format.h"
+#include "les/quant/finite.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
 
@@ -52,7 +54,62 @@ void read_exact(int fd, uint8_t* dst, uint64_t n, uint64_t off, const std::strin
   }
 }
 
+// Reads tensor t (not a packed row tensor) in chunks of whole blocks and records its first
+// non-finite value in sum.problems.
+void scan_tensor(int fd, const gguf::File& f, const gguf::TensorInfo& t, const std::string& path,
+                 std::vector<uint8_t>& buf, VerifySummary& sum) {
+  const TypeInfo& ti = info(t.type);
+  const int64_t blocks_per_chunk = static_cast<int64_t>(std::max<uint64_t>(1, kChunkBytes / ti.block_bytes));
+  const int64_t n_blocks = t.n_elements() / ti.block_size;
+  ++sum.tensors;
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += blocks_per_chunk) {
+    const int64_t nb = std::min(blocks_per_chunk, n_blocks - b0);
+    const uint64_t n = static_cast<uint64_t>(nb) * ti.block_bytes;
+    const uint64_t off = f.data_offset + t.offset + static_cast<uint64_t>(b0) * ti.block_bytes;
+    buf.resize(static_cast<size_t>(n));
+    read_exact(fd, buf.data(), n, off, path);
+    ::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+    sum.bytes += n;
+    if (auto nf = find_nonfinite(t.type, buf.data(), nb * ti.block_size)) {
+      nf->block += b0;
+      sum.problems.push_back(strfmt("tensor '%s' (%s): %s", t.name.c_str(), type_name(t.type),
+                                    describe_nonfinite(t.type, *nf).c_str()));
+      return;
+    }
+  }
+}
+
+// Scans every tensor that is not a packed row tensor.
+void scan_tensors(int fd, const gguf::File& f, const std::string& path, VerifySummary& sum,
+                  const ProgressFn& progress, uint64_t total) {
+  std::vector<uint8_t> buf;
+  for (const auto& t : f.tensors) {
+    if (is_packed_tensor_name(t.name)) continue;
+    scan_tensor(fd, f, t, path, buf, sum);
+    if (progress) progress(sum.bytes, total);
+  }
+}
+
+uint64_t unpacked_tensor_bytes(const gguf::File& f) {
+  uint64_t n = 0;
+  for (const auto& t : f.tensors) {
+    if (!is_packed_tensor_name(t.name)) n += t.n_bytes;
+  }
+  return n;
+}
+
 }  // namespace
+
+VerifySummary verify_weights(const std::string& path, const ProgressFn& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const gguf::File f = gguf::read_file(path);
+  if (is_packed(f)) return verify_packed(path, progress);
+  VerifySummary sum;
+  Fd fd(path);
+  scan_tensors(fd.get(), f, path, sum, progress, unpacked_tensor_bytes(f));
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
 
 VerifySummary verify_packed(const std::string& path, const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -62,10 +119,11 @@ VerifySummary verify_packed(const std::string& path, const ProgressFn& progress)
   }
   const PackInfo info = read_pack_info(f, path);
   VerifySummary sum;
-  uint64_t total = 0;
+  uint64_t total = unpacked_tensor_bytes(f);
   for (const auto& pl : info.layers) total += pl.stride * static_cast<uint64_t>(pl.n_expert);
 
   Fd fd(path);
+  scan_tensors(fd.get(), f, path, sum, progress, total);
   std::vector<uint8_t> buf;
   for (const auto& pl : info.layers) {
     ++sum.layers;
@@ -88,6 +146,15 @@ VerifySummary verify_packed(const std::string& path, const ProgressFn& progress)
                                         pl.layer, static_cast<long long>(e), hex64(want).c_str(), hex64(got).c_str(),
                                         ull(pl.file_offset + static_cast<uint64_t>(e) * pl.stride),
                                         ull(pl.file_offset + static_cast<uint64_t>(e) * pl.stride + pl.data_bytes)));
+        }
+        for (int part = 0; part < kParts; ++part) {
+          const PackedPart& pp = pl.parts[part];
+          const int64_t n_el = pp.ne[0] * pp.ne[1];
+          if (const auto nf = find_nonfinite(pp.type, row + pp.offset, n_el)) {
+            sum.problems.push_back(strfmt("layer %d, expert %lld: %s (%s, %s): %s", pl.layer,
+                                          static_cast<long long>(e), part_name(part), pp.tensor.c_str(),
+                                          type_name(pp.type), describe_nonfinite(pp.type, *nf).c_str()));
+          }
         }
         const uint8_t* pad = row + pl.data_bytes;
         const uint64_t n_pad = pl.stride - pl.data_bytes;

@@ -44,6 +44,25 @@ struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK
 // Activation type of the K-quants: x = d * q, float scale, bsums[i] = sum of qs[16i .. 16i+15].
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 
+// Alignment-1 views of the blocks and of binary16 / float scalars. Kernel rows may start at any
+// byte (a GGUF file may declare general.alignment 1; callers promise no alignment), so code that
+// reads or writes blocks through typed pointers uses these: a typedef may lower the alignment,
+// and the compiler then emits loads that are valid at any address.
+typedef block_q4_0 block_q4_0_u __attribute__((aligned(1)));
+typedef block_q4_1 block_q4_1_u __attribute__((aligned(1)));
+typedef block_q5_0 block_q5_0_u __attribute__((aligned(1)));
+typedef block_q5_1 block_q5_1_u __attribute__((aligned(1)));
+typedef block_q8_0 block_q8_0_u __attribute__((aligned(1)));
+typedef block_q8_1 block_q8_1_u __attribute__((aligned(1)));
+typedef block_q2_K block_q2_K_u __attribute__((aligned(1)));
+typedef block_q3_K block_q3_K_u __attribute__((aligned(1)));
+typedef block_q4_K block_q4_K_u __attribute__((aligned(1)));
+typedef block_q5_K block_q5_K_u __attribute__((aligned(1)));
+typedef block_q6_K block_q6_K_u __attribute__((aligned(1)));
+typedef block_q8_K block_q8_K_u __attribute__((aligned(1)));
+typedef uint16_t half_bits_u __attribute__((aligned(1)));
+typedef float float_u __attribute__((aligned(1)));
+
 static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q4_1) == 20);
 static_assert(sizeof(block_q5_0) == 22);

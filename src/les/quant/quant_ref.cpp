@@ -119,17 +119,17 @@ void dequant_f32(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_f16(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const uint16_t*>(vx);
+  const auto* x = static_cast<const half_bits_u*>(vx);
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
 }
 
 void dequant_bf16(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const uint16_t*>(vx);
+  const auto* x = static_cast<const half_bits_u*>(vx);
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
 }
 
 void dequant_q4_0(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q4_0*>(vx);
+  const auto* x = static_cast<const block_q4_0_u*>(vx);
   for (int64_t i = 0; i < n / QK4_0; ++i, y += QK4_0) {
     const float d = h2f(x[i].d);
     for (int j = 0; j < QK4_0 / 2; ++j) {
@@ -140,7 +140,7 @@ void dequant_q4_0(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q4_1(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q4_1*>(vx);
+  const auto* x = static_cast<const block_q4_1_u*>(vx);
   for (int64_t i = 0; i < n / QK4_1; ++i, y += QK4_1) {
     const float d = h2f(x[i].d);
     const float m = h2f(x[i].m);
@@ -152,7 +152,7 @@ void dequant_q4_1(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q5_0(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q5_0*>(vx);
+  const auto* x = static_cast<const block_q5_0_u*>(vx);
   for (int64_t i = 0; i < n / QK5_0; ++i, y += QK5_0) {
     const float d = h2f(x[i].d);
     const uint32_t qh = load_u32le(x[i].qh);
@@ -166,7 +166,7 @@ void dequant_q5_0(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q5_1(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q5_1*>(vx);
+  const auto* x = static_cast<const block_q5_1_u*>(vx);
   for (int64_t i = 0; i < n / QK5_1; ++i, y += QK5_1) {
     const float d = h2f(x[i].d);
     const float m = h2f(x[i].m);
@@ -181,7 +181,7 @@ void dequant_q5_1(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q8_0(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q8_0*>(vx);
+  const auto* x = static_cast<const block_q8_0_u*>(vx);
   for (int64_t i = 0; i < n / QK8_0; ++i, y += QK8_0) {
     const float d = h2f(x[i].d);
     for (int j = 0; j < QK8_0; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
@@ -189,7 +189,7 @@ void dequant_q8_0(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q8_1(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q8_1*>(vx);
+  const auto* x = static_cast<const block_q8_1_u*>(vx);
   for (int64_t i = 0; i < n / QK8_1; ++i, y += QK8_1) {
     const float d = h2f(x[i].d);
     for (int j = 0; j < QK8_1; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
@@ -199,7 +199,7 @@ void dequant_q8_1(const void* vx, float* y, int64_t n) {
 // Q2_K: 2-bit values of element 128h + 32k + l at bits 2k of qs[32h + l]; sub-block of 16
 // elements j = element / 16 has scale scales[j] & 15 and min scales[j] >> 4.
 void dequant_q2_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q2_K*>(vx);
+  const auto* x = static_cast<const block_q2_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = h2f(x[i].d);
     const float dmin = h2f(x[i].dmin);
@@ -217,7 +217,7 @@ void dequant_q2_K(const void* vx, float* y, int64_t n) {
 // Q3_K: low 2 bits as Q2_K; the third bit of element e is bit e / 32 of hmask[e % 32] (clear
 // means subtract 4).
 void dequant_q3_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q3_K*>(vx);
+  const auto* x = static_cast<const block_q3_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d_all = h2f(x[i].d);
     int sc[16];
@@ -235,7 +235,7 @@ void dequant_q3_K(const void* vx, float* y, int64_t n) {
 // Q4_K: chunk c of 64 elements uses qs[32c .. 32c+31]: low nibbles are sub-block 2c, high
 // nibbles sub-block 2c+1.
 void dequant_q4_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q4_K*>(vx);
+  const auto* x = static_cast<const block_q4_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = h2f(x[i].d);
     const float dmin = h2f(x[i].dmin);
@@ -254,7 +254,7 @@ void dequant_q4_K(const void* vx, float* y, int64_t n) {
 
 // Q5_K: as Q4_K; the 5th bit of element 64c + l is bit 2c of qh[l], of 64c + 32 + l bit 2c+1.
 void dequant_q5_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q5_K*>(vx);
+  const auto* x = static_cast<const block_q5_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = h2f(x[i].d);
     const float dmin = h2f(x[i].dmin);
@@ -281,7 +281,7 @@ void dequant_q5_K(const void* vx, float* y, int64_t n) {
 // Q6_K: 6-bit value of element e = 128h + 32k + l (l < 32), minus 32: low 4 bits in
 // ql[64h + l + 32(k&1)] (low nibble for k < 2, high nibble for k >= 2), high 2 bits at bits 2k of
 // qh[32h + l]; scale scales[e / 16].
-inline int q6k_value(const block_q6_K& b, int e) {
+inline int q6k_value(const block_q6_K_u& b, int e) {
   const int h = e / 128, k = (e % 128) / 32, l = e % 32;
   const uint8_t lbyte = b.ql[64 * h + l + 32 * (k & 1)];
   const int lo = k < 2 ? (lbyte & 0x0f) : (lbyte >> 4);
@@ -290,7 +290,7 @@ inline int q6k_value(const block_q6_K& b, int e) {
 }
 
 void dequant_q6_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q6_K*>(vx);
+  const auto* x = static_cast<const block_q6_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = h2f(x[i].d);
     for (int e = 0; e < QK_K; ++e) {
@@ -300,7 +300,7 @@ void dequant_q6_K(const void* vx, float* y, int64_t n) {
 }
 
 void dequant_q8_K(const void* vx, float* y, int64_t n) {
-  const auto* x = static_cast<const block_q8_K*>(vx);
+  const auto* x = static_cast<const block_q8_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     for (int j = 0; j < QK_K; ++j) *y++ = x[i].d * static_cast<float>(x[i].qs[j]);
   }
@@ -314,12 +314,12 @@ void quant_f32(const float* x, void* y, int64_t n) {
 }
 
 void quant_f16(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<uint16_t*>(vy);
+  auto* y = static_cast<half_bits_u*>(vy);
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
 
 void quant_bf16(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<uint16_t*>(vy);
+  auto* y = static_cast<half_bits_u*>(vy);
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
@@ -487,7 +487,7 @@ void quant_legacy_affine(const float* x, half_bits* d_out, half_bits* m_out, int
 }
 
 void qref_q4_0(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q4_0*>(vy);
+  auto* y = static_cast<block_q4_0_u*>(vy);
   for (int64_t i = 0; i < n / QK4_0; ++i, x += QK4_0) {
     int U[32];
     quant_legacy_sym<4>(x, &y[i].d, U);
@@ -496,7 +496,7 @@ void qref_q4_0(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q4_1(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q4_1*>(vy);
+  auto* y = static_cast<block_q4_1_u*>(vy);
   for (int64_t i = 0; i < n / QK4_1; ++i, x += QK4_1) {
     int U[32];
     quant_legacy_affine<4>(x, &y[i].d, &y[i].m, U);
@@ -514,7 +514,7 @@ void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
 }
 
 void qref_q5_0(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q5_0*>(vy);
+  auto* y = static_cast<block_q5_0_u*>(vy);
   for (int64_t i = 0; i < n / QK5_0; ++i, x += QK5_0) {
     int U[32];
     quant_legacy_sym<5>(x, &y[i].d, U);
@@ -523,7 +523,7 @@ void qref_q5_0(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q5_1(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q5_1*>(vy);
+  auto* y = static_cast<block_q5_1_u*>(vy);
   for (int64_t i = 0; i < n / QK5_1; ++i, x += QK5_1) {
     int U[32];
     quant_legacy_affine<5>(x, &y[i].d, &y[i].m, U);
@@ -534,7 +534,7 @@ void qref_q5_1(const float* x, void* vy, int64_t n) {
 // Q8_0 weights: d = amax / 127 rounded to fp16 first (fit_scale), then q = round(x / d) against
 // the stored scale (llama.cpp's quantize_row_q8_0_ref divides by the unrounded scale instead).
 void qref_q8_0(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q8_0*>(vy);
+  auto* y = static_cast<block_q8_0_u*>(vy);
   for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
     float amax = 0;
     for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -644,7 +644,7 @@ void pack_2bit(const int* U, uint8_t* qs) {
 }
 
 void qref_q2_K(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q2_K*>(vy);
+  auto* y = static_cast<block_q2_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[16], mn[16];
     quant_k_affine<16>(x, 3, 15, U, sc, mn, &y[i].d, &y[i].dmin);
@@ -654,7 +654,7 @@ void qref_q2_K(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q3_K(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q3_K*>(vy);
+  auto* y = static_cast<block_q3_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int L[QK_K], sc[16];
     quant_k_sym(x, -4, 3, -32, 31, L, sc, &y[i].d);
@@ -670,7 +670,7 @@ void qref_q3_K(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q4_K(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q4_K*>(vy);
+  auto* y = static_cast<block_q4_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[8], mn[8];
     quant_k_affine<32>(x, 15, 63, U, sc, mn, &y[i].d, &y[i].dmin);
@@ -689,7 +689,7 @@ void qref_q4_K(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q5_K(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q5_K*>(vy);
+  auto* y = static_cast<block_q5_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[8], mn[8];
     quant_k_affine<32>(x, 31, 63, U, sc, mn, &y[i].d, &y[i].dmin);
@@ -711,7 +711,7 @@ void qref_q5_K(const float* x, void* vy, int64_t n) {
 }
 
 void qref_q6_K(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q6_K*>(vy);
+  auto* y = static_cast<block_q6_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int L[QK_K], sc[16];
     quant_k_sym(x, -32, 31, -128, 127, L, sc, &y[i].d);
@@ -735,32 +735,32 @@ void qref_q6_K(const float* x, void* vy, int64_t n) {
 // Dot products, in the evaluation order of llama.cpp's generic kernels.
 
 float dot_f32(int64_t n, const void* vw, const void* va) {
-  const auto* w = static_cast<const float*>(vw);
-  const auto* a = static_cast<const float*>(va);
+  const auto* w = static_cast<const float_u*>(vw);
+  const auto* a = static_cast<const float_u*>(va);
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(w[i] * a[i]);
   return static_cast<float>(s);
 }
 
 float dot_f16(int64_t n, const void* vw, const void* va) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* a = static_cast<const uint16_t*>(va);
+  const auto* w = static_cast<const half_bits_u*>(vw);
+  const auto* a = static_cast<const half_bits_u*>(va);
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_f32(w[i]) * fp16_to_f32(a[i]));
   return static_cast<float>(s);
 }
 
 float dot_bf16(int64_t n, const void* vw, const void* va) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* a = static_cast<const uint16_t*>(va);
+  const auto* w = static_cast<const half_bits_u*>(vw);
+  const auto* a = static_cast<const half_bits_u*>(va);
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_f32(w[i]) * bf16_to_f32(a[i]));
   return static_cast<float>(s);
 }
 
 float dot_q4_0(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q4_0*>(vw);
-  const auto* y = static_cast<const block_q8_0*>(va);
+  const auto* x = static_cast<const block_q4_0_u*>(vw);
+  const auto* y = static_cast<const block_q8_0_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK8_0; ++i) {
     int sumi = 0;
@@ -773,8 +773,8 @@ float dot_q4_0(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q4_1(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q4_1*>(vw);
-  const auto* y = static_cast<const block_q8_1*>(va);
+  const auto* x = static_cast<const block_q4_1_u*>(vw);
+  const auto* y = static_cast<const block_q8_1_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK8_1; ++i) {
     int sumi = 0;
@@ -787,8 +787,8 @@ float dot_q4_1(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q5_0(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q5_0*>(vw);
-  const auto* y = static_cast<const block_q8_0*>(va);
+  const auto* x = static_cast<const block_q5_0_u*>(vw);
+  const auto* y = static_cast<const block_q8_0_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK8_0; ++i) {
     const uint32_t qh = load_u32le(x[i].qh);
@@ -804,8 +804,8 @@ float dot_q5_0(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q5_1(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q5_1*>(vw);
-  const auto* y = static_cast<const block_q8_1*>(va);
+  const auto* x = static_cast<const block_q5_1_u*>(vw);
+  const auto* y = static_cast<const block_q8_1_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK8_1; ++i) {
     const uint32_t qh = load_u32le(x[i].qh);
@@ -821,8 +821,8 @@ float dot_q5_1(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q8_0(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q8_0*>(vw);
-  const auto* y = static_cast<const block_q8_0*>(va);
+  const auto* x = static_cast<const block_q8_0_u*>(vw);
+  const auto* y = static_cast<const block_q8_0_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK8_0; ++i) {
     int sumi = 0;
@@ -833,8 +833,8 @@ float dot_q8_0(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q2_K(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q2_K*>(vw);
-  const auto* y = static_cast<const block_q8_K*>(va);
+  const auto* x = static_cast<const block_q2_K_u*>(vw);
+  const auto* y = static_cast<const block_q8_K_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int summs = 0;
@@ -859,8 +859,8 @@ float dot_q2_K(int64_t n, const void* vw, const void* va) {
 // element index mod 8), scale each lane by the block's d and sum the lanes at the very end; we
 // keep exactly that float order.
 float dot_q3_K(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q3_K*>(vw);
-  const auto* y = static_cast<const block_q8_K*>(va);
+  const auto* x = static_cast<const block_q3_K_u*>(vw);
+  const auto* y = static_cast<const block_q8_K_u*>(va);
   float sums[8] = {};
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int sc[16];
@@ -882,9 +882,11 @@ float dot_q3_K(int64_t n, const void* vw, const void* va) {
 
 template <bool kQ5>
 float dot_q45_K(int64_t n, const void* vw, const void* va) {
-  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+  // The alignment-1 view of the Q4_K or Q5_K block (the attribute goes on the local typedef: a
+  // template argument such as std::conditional_t's would drop it).
+  typedef std::conditional_t<kQ5, block_q5_K, block_q4_K> Block __attribute__((aligned(1)));
   const auto* x = static_cast<const Block*>(vw);
-  const auto* y = static_cast<const block_q8_K*>(va);
+  const auto* y = static_cast<const block_q8_K_u*>(va);
   float sums[8] = {};
   float sumf = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
@@ -910,8 +912,8 @@ float dot_q45_K(int64_t n, const void* vw, const void* va) {
 }
 
 float dot_q6_K(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const block_q6_K*>(vw);
-  const auto* y = static_cast<const block_q8_K*>(va);
+  const auto* x = static_cast<const block_q6_K_u*>(vw);
+  const auto* y = static_cast<const block_q8_K_u*>(va);
   float sums[8] = {};
   for (int64_t i = 0; i < n / QK_K; ++i) {
     int32_t lane[8] = {};
@@ -939,7 +941,7 @@ inline int tid(Type t) { return static_cast<int>(t); }
 // (_mm256_round_ps), where the _ref version uses roundf (ties away from zero). We reproduce the
 // x86 path. d = amax / 127 is stored as fp16; for Q8_1, s = fp16(d * sum(q)) with the unrounded d.
 void quantize_row_q8_0_act(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q8_0*>(vy);
+  auto* y = static_cast<block_q8_0_u*>(vy);
   for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
     float amax = 0;
     for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -951,7 +953,7 @@ void quantize_row_q8_0_act(const float* x, void* vy, int64_t n) {
 }
 
 void quantize_row_q8_1_act(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q8_1*>(vy);
+  auto* y = static_cast<block_q8_1_u*>(vy);
   for (int64_t i = 0; i < n / QK8_1; ++i, x += QK8_1) {
     float amax = 0;
     for (int j = 0; j < QK8_1; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -973,7 +975,7 @@ void quantize_row_q8_1_act(const float* x, void* vy, int64_t n) {
 // (ties to even), d = 1 / iscale (so d < 0 when that element is positive), bsums per 16.
 // An all-zero block gets d = 0 and q = 0 (and bsums = 0; llama.cpp leaves them unwritten).
 void quantize_row_q8_K_act(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<block_q8_K*>(vy);
+  auto* y = static_cast<block_q8_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     float max = 0, amax = 0;
     for (int j = 0; j < QK_K; ++j) {

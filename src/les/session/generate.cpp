@@ -1,6 +1,7 @@
 #include "les/session/generate.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "les/util/error.h"
 #include "les/util/hash.h"
@@ -10,6 +11,18 @@ namespace les {
 namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Non-finite logits mean non-finite weights (a corrupt file): sampling from them would emit
+// arbitrary tokens, so generation stops with an error instead.
+void check_finite(const float* logits, int n_vocab, int n_past) {
+  for (int i = 0; i < n_vocab; ++i) {
+    if (!std::isfinite(logits[i])) {
+      throw Error(strfmt("non-finite logit (%s) for token %d after %d positions: the model has NaN or "
+                         "infinite weights or block scales; `les verify MODEL` names the tensor and block",
+                         std::isnan(logits[i]) ? "NaN" : "inf", i, n_past));
+    }
+  }
 }
 }  // namespace
 
@@ -30,6 +43,7 @@ GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int
   st.prompt_seconds = now_s() - t0;
   st.n_prompt = static_cast<int>(prompt.size());
   const float* logits = ctx.last_logits();
+  check_finite(logits, n_vocab, ctx.n_past());
   st.stop_reason = "length";
 
   t0 = now_s();
@@ -54,6 +68,7 @@ GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int
     ctx.eval(std::span<const int32_t>(&id, 1), false);
     ++st.n_decode_evals;
     logits = ctx.last_logits();
+    check_finite(logits, n_vocab, ctx.n_past());
   }
   st.gen_seconds = now_s() - t0;
   st.final_logits_hash = hash64(logits, sizeof(float) * static_cast<size_t>(n_vocab));

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the library and the whole test suite with clang at -O1 (line tables only) under
+# sanitizers and runs it:
+#   asan: AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) in build-asan, which
+#         also holds the libFuzzer targets (fuzz/, coverage-instrumented; scripts/fuzz.sh runs them)
+#   tsan: ThreadSanitizer in build-tsan
+# Excluded under sanitizers: the live llama.cpp comparisons (VsLlamaCpp*: they run node-llama-cpp,
+# which is not instrumented and dominates their time; the Release run keeps them). Benchmarks and
+# the CLI are not built. Any sanitizer report fails the test that triggered it.
+#   scripts/test-sanitizers.sh [asan|tsan|all] (default all); LES_SAN_JOBS parallel jobs (nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT=${1:-all}
+JOBS=${LES_SAN_JOBS:-$(nproc)}
+EXCLUDE='VsLlamaCpp'
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1}
+
+phase() { echo "sanitizers: $* ($(date +%T))"; }
+
+build() {  # dir sanitizers extra-cmake-args... ; targets come from $TARGETS
+  local dir=$1 san=$2
+  shift 2
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1" \
+    -DLES_SANITIZE="$san" -DLES_BUILD_BENCH=OFF "$@" >/dev/null
+  ninja -C "$dir" -j"$JOBS" $TARGETS
+}
+
+run_tests() {  # dir
+  ctest --test-dir "$1" --output-on-failure -j"$JOBS" --timeout 900 -E "$EXCLUDE"
+}
+
+if [ "$WHAT" = asan ] || [ "$WHAT" = all ]; then
+  phase "ASan+UBSan build (build-asan: les_tests and the fuzz targets)"
+  TARGETS="les_tests fuzz_gguf fuzz_pack fuzz_tokenizer" build build-asan "address;undefined" -DLES_FUZZ=ON
+  phase "ASan+UBSan tests"
+  run_tests build-asan
+fi
+if [ "$WHAT" = tsan ] || [ "$WHAT" = all ]; then
+  phase "TSan build (build-tsan: les_tests)"
+  TARGETS="les_tests" build build-tsan "thread"
+  phase "TSan tests"
+  run_tests build-tsan
+fi
+phase "done"
