@@ -250,7 +250,7 @@ void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n
     if (layer + 2 < cfg_.n_layer && (opt_.measure_ahead2 || opt_.prefetch_ahead2)) {
       const size_t l2 = static_cast<size_t>(layer + 2);
       std::vector<int> order;
-      router_topk(layer + 2, x_norm, n_tok, cfg_.n_expert_used, ahead2_[l2], order);
+      router_ranks(layer + 2, x_norm, n_tok, cfg_.n_expert_used, cfg_.n_expert_used, ahead2_[l2], order);
       ahead2_valid_[l2] = 1;
       ahead2_keys_[l2].clear();
       for (int e : order) ahead2_keys_[l2].push_back(cache::make_key(layer + 2, e));
@@ -258,29 +258,33 @@ void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n
   }
 }
 
-void StreamingExperts::router_topk(int layer, const float* x, int64_t n_tok, int k, std::vector<uint8_t>& flags,
-                                   std::vector<int>& order) {
+void StreamingExperts::router_ranks(int layer, const float* x, int64_t n_tok, int k, int km,
+                                    std::vector<uint8_t>& rank, std::vector<int>& order) {
   const int E = cfg_.n_expert;
   const Matrix& router = model_.weights().layers[static_cast<size_t>(layer)].router;
   pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
   matmul(router, x, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
-  flags.assign(static_cast<size_t>(E), 0);
-  std::vector<float> best(static_cast<size_t>(E), -INFINITY);
+  rank.assign(static_cast<size_t>(E), 0);
+  std::vector<float> best(static_cast<size_t>(E), -INFINITY);  // best logit of each expert over tokens
   std::vector<int> idx(static_cast<size_t>(E));
   for (int64_t t = 0; t < n_tok; ++t) {
     const float* lg = pred_logits_.data() + static_cast<size_t>(t) * static_cast<size_t>(E);
     for (int e = 0; e < E; ++e) idx[static_cast<size_t>(e)] = e;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+    std::partial_sort(idx.begin(), idx.begin() + km, idx.end(),
                       [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-    for (int r = 0; r < k; ++r) {
+    for (int r = 0; r < km; ++r) {
       const size_t e = static_cast<size_t>(idx[static_cast<size_t>(r)]);
-      flags[e] = 1;
+      const uint8_t rk = r < k ? 1 : 2;
+      if (rank[e] == 0 || rk < rank[e]) rank[e] = rk;
       best[e] = std::max(best[e], lg[e]);
     }
   }
   order.clear();
-  for (int e = 0; e < E; ++e) if (flags[static_cast<size_t>(e)]) order.push_back(e);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)]; });
+  for (int e = 0; e < E; ++e) if (rank[static_cast<size_t>(e)]) order.push_back(e);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const size_t ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    return rank[ua] != rank[ub] ? rank[ua] < rank[ub] : best[ua] > best[ub];
+  });
 }
 
 void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok) {
@@ -296,7 +300,7 @@ void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok)
   }
   Prediction& pd = pred_[static_cast<size_t>(next)];
   std::vector<int> order;
-  router_topk(next, refine_x_.data(), n_tok, cfg_.n_expert_used, pd.refined, order);
+  router_ranks(next, refine_x_.data(), n_tok, cfg_.n_expert_used, cfg_.n_expert_used, pd.refined, order);
   pd.has_refined = true;
   if (!pd.valid) {
     pd.valid = true;
@@ -337,37 +341,13 @@ bool StreamingExperts::cancel_prefetch(int si) {
 
 void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_tok) {
   const int next = layer + 1;
-  const int E = cfg_.n_expert, K = cfg_.n_expert_used;
-  const int KM = std::min(E, K + std::max(0, opt_.predict_extra));
-  const Matrix& router = model_.weights().layers[static_cast<size_t>(next)].router;
-  pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
-  matmul(router, x_norm, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
-
+  const int K = cfg_.n_expert_used;
+  const int KM = std::min(cfg_.n_expert, K + std::max(0, opt_.predict_extra));
   Prediction& pd = pred_[static_cast<size_t>(next)];
-  std::vector<uint8_t>& pred_rank_ = pd.rank;
-  std::fill(pred_rank_.begin(), pred_rank_.end(), 0);
-  std::vector<float> best(static_cast<size_t>(E), -INFINITY);  // best logit of each expert over tokens
-  std::vector<int> order(static_cast<size_t>(E));
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const float* lg = pred_logits_.data() + static_cast<size_t>(t) * static_cast<size_t>(E);
-    for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
-    std::partial_sort(order.begin(), order.begin() + KM, order.end(),
-                      [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-    for (int r = 0; r < KM; ++r) {
-      const int e = order[static_cast<size_t>(r)];
-      const uint8_t rank = r < K ? 1 : 2;
-      if (pred_rank_[static_cast<size_t>(e)] == 0 || rank < pred_rank_[static_cast<size_t>(e)]) pred_rank_[static_cast<size_t>(e)] = rank;
-      best[static_cast<size_t>(e)] = std::max(best[static_cast<size_t>(e)], lg[e]);
-    }
-  }
-  std::vector<cache::ExpertKey>& predicted_ = pd.keys;
-  predicted_.clear();
-  for (int rank = 1; rank <= 2; ++rank) {
-    std::vector<int> es;
-    for (int e = 0; e < E; ++e) if (pred_rank_[static_cast<size_t>(e)] == rank) es.push_back(e);
-    std::sort(es.begin(), es.end(), [&](int a, int b) { return best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)]; });
-    for (int e : es) predicted_.push_back(cache::make_key(next, e));
-  }
+  std::vector<int> order;
+  router_ranks(next, x_norm, n_tok, K, KM, pd.rank, order);
+  pd.keys.clear();
+  for (int e : order) pd.keys.push_back(cache::make_key(next, e));
   pd.valid = true;
 
   pd.issued = false;

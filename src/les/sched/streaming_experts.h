@@ -171,10 +171,11 @@ class StreamingExperts final : public ExpertSource {
   // Prefetches one expert of `layer` unless resident, in flight or over budget; false when no
   // slot or budget is left.
   bool prefetch_one(cache::ExpertKey key, int layer, int guess);
-  // Top-k experts of `layer`'s router per token on x [n_tok][n_embd]: flags[e] = 1 when in any
-  // token's top k; order = those experts by their best logit (descending).
-  void router_topk(int layer, const float* x, int64_t n_tok, int k, std::vector<uint8_t>& flags,
-                   std::vector<int>& order);
+  // `layer`'s router on x [n_tok][n_embd]: rank[e] = 1 when e is in some token's top k, 2 when
+  // only in a top km (km >= k), else 0; order = the ranked experts, rank 1 first, each rank by
+  // the expert's best logit over the tokens (descending).
+  void router_ranks(int layer, const float* x, int64_t n_tok, int k, int km, std::vector<uint8_t>& rank,
+                    std::vector<int>& order);
 
   const Model& model_;
   const ModelConfig& cfg_;
