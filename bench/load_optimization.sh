@@ -15,12 +15,12 @@ if [ $# -lt 4 ]; then
 fi
 orig=$1 packed=$2 mem=$3 threads=$4
 shift 4
-[ -x build/bench_streaming ] || { echo "build/bench_streaming missing (configure with -DLES_BUILD_BENCH=ON)"; exit 1; }
+[ -x "${LES_BUILD_DIR:-build}/bench_streaming" ] || { echo "bench_streaming missing (configure with -DLES_BUILD_BENCH=ON)"; exit 1; }
 command -v fio >/dev/null || { echo "fio not installed (apt-get install fio)"; exit 1; }
 
 qd=8
 out=$(mktemp)
-./build/bench_streaming -m "$orig" --packed "$packed" --mem "$mem" -t "$threads" --queue-depth "$qd" \
+"${LES_BUILD_DIR:-build}"/bench_streaming -m "$orig" --packed "$packed" --mem "$mem" -t "$threads" --queue-depth "$qd" \
   --configs ondemand,lookahead/io=naive,lookahead,lookahead/file=packed,ondemand/file=packed "$@" | tee "$out"
 
 # One expert's read as the engine issues it: the packed file's stride (one read per expert), the

@@ -11,7 +11,7 @@
 #   les synth --shape qwen3-30b-a3b --type q4_K -o BENCH_DIR/q3-30b-q4k.gguf
 #   les pack BENCH_DIR/q3-30b-q4k.gguf BENCH_DIR/q3-30b-q4k-packed.gguf
 #   les pack ../shared/models/tiny-moe-q3m.gguf BENCH_DIR/tiny-packed.gguf
-# Takes ~20 minutes. Run it on an otherwise idle machine: the configurations overlap I/O with
+# LES_BUILD_DIR picks the build directory (default build). Takes ~20 minutes. Run it on an otherwise idle machine: the configurations overlap I/O with
 # compute, and anything else on the cores shows up as compute time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ dir=${1:?usage: bench/streaming_suite.sh BENCH_DIR [OUT_FILE]}
 out=${2:-/dev/stdout}
 tiny=../shared/models/tiny-moe-q3m.gguf
 val=../shared/models/tiny-moe-val.txt
-B=./build/bench_streaming
+B=${LES_BUILD_DIR:-./build}/bench_streaming
 old=lookahead/refine=off/inflight=1000G  # the schedule before refine, cancel and the in-flight bound
 {
   echo "# $(date -u) $(uname -r) load: $(cut -d' ' -f1-3 /proc/loadavg)"
