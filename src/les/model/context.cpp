@@ -9,20 +9,10 @@
 #include "les/model/ops.h"
 #include "les/model/router.h"
 #include "les/quant/kernels.h"
+#include "les/model/work_buffers.h"
 #include "les/util/error.h"
 
 namespace les {
-
-namespace {
-
-template <class T>
-void ensure(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-}  // namespace
 
 Context::Context(const Model& model, const ContextParams& p, ExpertSource* experts)
     : model_(model), cfg_(model.config()), experts_(experts), pool_(std::max(1, p.n_threads)) {

@@ -7,20 +7,10 @@
 #include "les/model/context.h"
 #include "les/model/ops.h"
 #include "les/quant/kernels.h"
+#include "les/model/work_buffers.h"
 #include "les/util/error.h"
 
 namespace les {
-
-namespace {
-
-template <class T>
-void ensure(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-}  // namespace
 
 const float* Context::mtp_logits(int i) const {
   LES_ASSERT(i >= 0 && i < mtp_rows_);

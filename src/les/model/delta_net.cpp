@@ -6,13 +6,13 @@
 
 #include "les/model/ops.h"
 #include "les/quant/kernels.h"
+#include "les/model/work_buffers.h"
 #include "les/util/error.h"
 
 namespace les {
 
 namespace {
 
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 // Dot product of n floats in 8 independent lanes (vectorisable without reassociation flags).
 float dot(const float* a, const float* b, int64_t n) {

@@ -5,20 +5,10 @@
 
 #include "les/model/attention_core.h"
 #include "les/model/ops.h"
+#include "les/model/work_buffers.h"
 #include "les/quant/kernels.h"
 
 namespace les {
-
-namespace {
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-template <class T>
-void ensure(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-}  // namespace
 
 uint64_t GatedAttentionMixer::bytes() const {
   return (qg_.size() + q_.size() + k_.size() + v_.size() + att_.size() + rope_.size()) * sizeof(float) +
