@@ -10,7 +10,9 @@
 // A configuration is a schedule name optionally followed by /key=value overrides of the shared
 // options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
 // qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
-// the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off).
+// the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off),
+// tf (throttle on with this factor), oracle (1..n_layer-1: replay a recorded routing as a perfect
+// guess this many layers ahead; the bound any predictor could reach with this pipeline).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -269,6 +271,14 @@ int main(int argc, char** argv) {
         else if (k == "ahead2") o.measure_ahead2 = v == "on";
         else if (k == "prefetch2") o.prefetch_ahead2 = v == "on";
         else if (k == "throttle") o.throttle = v == "on";
+        else if (k == "tf") { o.throttle = true; o.throttle_factor = std::stod(v); }
+        else if (k == "oracle") {
+          o.oracle_depth = std::stoi(v);
+          if (o.oracle_depth < 1 || o.oracle_depth >= cf.model->config().n_layer) {
+            throw Error("oracle depth must be 1 .. n_layer-1 in " + spec);
+          }
+          o.oracle = std::make_shared<RoutingOracle>(cf.model->config().n_layer);
+        }
         else throw Error("unknown configuration key '" + k + "' in " + spec);
       }
       // The same budget for every configuration: the cache gets what the budget leaves for this
@@ -276,6 +286,16 @@ int main(int argc, char** argv) {
       o.cache_bytes = plan_budget(*cf.model, a.mem, a.n_prompt + a.n_gen + 8, 256,
                                   StreamingExperts::slot_bytes_for(*cf.model, o.io_mode)).cache;
       configs.push_back(cf);
+    }
+    // Oracle configurations replay the routing of a recording run (same prompt and generation,
+    // so the same routing: the logits hash shows it).
+    for (const Config& cf : configs) {
+      if (!cf.opt.oracle) continue;
+      StreamingOptions rec = cf.opt;
+      rec.schedule = Schedule::ondemand;
+      rec.oracle_record = true;
+      StreamingExperts ex(*cf.model, rec);
+      run_once(*cf.model, &ex, a, prompt);
     }
     std::vector<std::vector<Result>> runs(configs.size());
     for (int rep = 0; rep < a.reps; ++rep) {

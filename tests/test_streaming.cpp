@@ -116,6 +116,59 @@ TEST(Streaming, ThrottleSkipsImpreciseGuessesOnABusyDisk) {
   EXPECT_GT(throttled[1], 0u);
 }
 
+// The routing oracle (a benchmark instrument): recorded by an ondemand run, replayed by lookahead
+// runs of the same tokens at several depths. The logits are the same; every selection of a
+// step is predicted (the first step's layer 0 excepted: nothing before it predicts it), none
+// of its prefetches is wasted, and replaying from a fresh oracle (nothing
+// recorded) predicts nothing.
+TEST(Streaming, RoutingOracleReplaysTheRecordedRoutingExactly) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  auto resident = Model::load(tiny_moe_path());
+  auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  const auto ref = run_hashes(*resident, nullptr, 1, 16);
+  auto oracle = std::make_shared<RoutingOracle>(m->config().n_layer);
+  {
+    StreamingOptions o = opts(*m, Schedule::ondemand, storage::IoMode::pread, 64);
+    o.oracle = oracle;
+    o.oracle_record = true;
+    StreamingExperts ex(*m, o);
+    EXPECT_EQ(run_hashes(*m, &ex, 1, 16), ref);
+  }
+  // One prompt batch + 16 decode steps, each step with every layer recorded.
+  ASSERT_EQ(oracle->steps(), 17);
+  for (int l = 0; l < m->config().n_layer; ++l) {
+    ASSERT_NE(oracle->lookup(1, l), nullptr);
+    EXPECT_EQ(oracle->lookup(1, l)->size(), static_cast<size_t>(m->config().n_expert_used));
+  }
+  EXPECT_EQ(oracle->lookup(17, 0), nullptr);
+  EXPECT_EQ(oracle->lookup(-1, 0), nullptr);
+  for (int depth : {1, 2, 5}) {
+    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::pread, 64);
+    o.oracle = oracle;
+    o.oracle_depth = depth;
+    StreamingExperts ex(*m, o);
+    EXPECT_EQ(run_hashes(*m, &ex, 1, 16), ref) << "depth " << depth;
+    const LayerStreamStats t = ex.stats().total();
+    // Every selection is guessed except the first step's layer 0 (the prompt batch of 8 tokens
+    // is short enough to be guessed too).
+    for (int l = 0; l < m->config().n_layer; ++l) {
+      const LayerStreamStats& ls = ex.stats().layers[static_cast<size_t>(l)];
+      const uint64_t unguessable = l == 0 ? oracle->lookup(0, 0)->size() : 0;
+      EXPECT_EQ(ls.raw_pred_hits_k, ls.selected - unguessable) << "depth " << depth << " layer " << l;
+    }
+    EXPECT_EQ(t.bytes_wasted, 0u) << "depth " << depth;
+    EXPECT_EQ(t.prefetch_used + t.prefetch_cancelled, t.prefetch_issued) << "depth " << depth;
+    if (depth > 1) {
+      EXPECT_GT(t.raw_ahead2_hits_k, 0u);
+    }
+  }
+  StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::pread, 64);
+  o.oracle = std::make_shared<RoutingOracle>(m->config().n_layer);
+  StreamingExperts ex(*m, o);
+  EXPECT_EQ(run_hashes(*m, &ex, 1, 4), les::test::greedy_hashes(*resident, nullptr, kPrompt, 4, 1));
+  EXPECT_EQ(ex.stats().total().prefetch_issued, 0u);
+}
+
 TEST(Streaming, LookaheadPredictsAndPrefetches) {
   LES_REQUIRE_FILE(tiny_moe_path());
   auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});

@@ -242,8 +242,15 @@ size_t StreamingExperts::drain(bool block, int64_t timeout_us) {
 }
 
 void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n_tok) {
-  if (layer == 0) stats_.tokens += static_cast<uint64_t>(n_tok);
+  if (layer == 0) {
+    stats_.tokens += static_cast<uint64_t>(n_tok);
+    ++oracle_step_;
+  }
   drain(false, 0);
+  if (oracle_replay()) {
+    if (opt_.schedule == Schedule::lookahead && n_tok <= 8) oracle_predict(layer);
+    return;
+  }
   if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
     predict_next(layer, x_norm, n_tok);
     // Two layers ahead: measured (statistics) only; see docs/benchmarks.md for why it is not used.
@@ -289,7 +296,7 @@ void StreamingExperts::router_ranks(int layer, const float* x, int64_t n_tok, in
 
 void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok) {
   const int next = layer + 1;
-  if (opt_.schedule != Schedule::lookahead || !opt_.refine || next >= cfg_.n_layer || n_tok > 8) return;
+  if (opt_.schedule != Schedule::lookahead || !opt_.refine || next >= cfg_.n_layer || n_tok > 8 || oracle_replay()) return;
   const LayerWeights& L = model_.weights().layers[static_cast<size_t>(next)];
   if (!L.router.present() || L.ffn_norm.data == nullptr) return;
   drain(false, 0);
@@ -351,6 +358,31 @@ void StreamingExperts::predict_next(int layer, const float* x_norm, int64_t n_to
   pd.valid = true;
 
   pd.issued = false;
+}
+
+void StreamingExperts::oracle_predict(int layer) {
+  const int L = cfg_.n_layer;
+  const int depth = std::clamp(opt_.oracle_depth, 1, L - 1);
+  for (int d = 1; d <= depth; ++d) {
+    const int target = (layer + d) % L;
+    const std::vector<int32_t>* ids = opt_.oracle->lookup(oracle_step_ + (layer + d) / L, target);
+    if (ids == nullptr) continue;
+    const size_t t = static_cast<size_t>(target);
+    std::vector<uint8_t>& rank = d == 1 ? pred_[t].rank : ahead2_[t];
+    std::vector<cache::ExpertKey>& keys = d == 1 ? pred_[t].keys : ahead2_keys_[t];
+    std::fill(rank.begin(), rank.end(), 0);
+    keys.clear();
+    for (int32_t e : *ids) {
+      rank[static_cast<size_t>(e)] = 1;
+      keys.push_back(cache::make_key(target, e));
+    }
+    if (d == 1) {
+      pred_[t].valid = true;
+      pred_[t].issued = false;
+    } else {
+      ahead2_valid_[t] = 1;
+    }
+  }
 }
 
 void StreamingExperts::begin_batch() { batching_ = true; }
@@ -452,6 +484,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   ahead2_valid_[static_cast<size_t>(layer)] = 0;
 
   policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
+  if (opt_.oracle && opt_.oracle_record) opt_.oracle->record(oracle_step_, layer, ids);
 
   // Classify: resident (compute first), in flight (promote), missing (demand read).
   std::vector<int> slot_of_i(n, -1);
@@ -535,12 +568,21 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   begin_batch();
   issue_deferred();
   if (opt_.schedule == Schedule::lookahead) {
-    issue_prefetch(layer + 1);
-    if (opt_.prefetch_ahead2 && layer + 2 < cfg_.n_layer && ahead2_valid_[static_cast<size_t>(layer + 2)]) {
-      std::vector<cache::ExpertKey>& issued = ahead2_issued_[static_cast<size_t>(layer + 2)];
-      for (cache::ExpertKey key : ahead2_keys_[static_cast<size_t>(layer + 2)]) {
+    // Targets wrap to the next step's first layers (only the oracle predicts those).
+    issue_prefetch((layer + 1) % cfg_.n_layer);
+    // Deeper guesses (two-ahead, or the oracle's up to n_layer-1 ahead), nearest layer first.
+    const int deepest = oracle_replay() ? std::min(opt_.oracle_depth, cfg_.n_layer - 1) : (opt_.prefetch_ahead2 ? 2 : 1);
+    bool room = true;
+    for (int d = 2; d <= deepest && room; ++d) {
+      const int lt = (layer + d) % cfg_.n_layer;
+      if (!ahead2_valid_[static_cast<size_t>(lt)]) continue;
+      std::vector<cache::ExpertKey>& issued = ahead2_issued_[static_cast<size_t>(lt)];
+      for (cache::ExpertKey key : ahead2_keys_[static_cast<size_t>(lt)]) {
         const bool was_absent = slot_of(key) < 0;
-        if (!prefetch_one(key, layer + 2, kGuessAhead2)) break;
+        if (!prefetch_one(key, lt, kGuessAhead2)) {
+          room = false;
+          break;
+        }
         if (was_absent && slot_of(key) >= 0) issued.push_back(key);
       }
     }
@@ -594,7 +636,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
 
 bool StreamingExperts::throttled(int guess) {
   if (!opt_.throttle || guess_n_[guess] < 8) return false;  // too few outcomes to judge
-  if (guess_hit_[guess] / guess_n_[guess] >= 0.5 * disk_busy_) return false;
+  if (guess_hit_[guess] / guess_n_[guess] >= opt_.throttle_factor * disk_busy_) return false;
   // Let every 8th one through so that the source's precision keeps being measured.
   return ++guess_skips_[guess] % 8 != 0;
 }

@@ -25,6 +25,7 @@
 #include "les/model/model.h"
 #include "les/util/thread_pool.h"
 #include "les/storage/expert_layout.h"
+#include "les/sched/routing_oracle.h"
 #include "les/storage/io.h"
 
 namespace les {
@@ -56,6 +57,14 @@ struct StreamingOptions {
   // measured, it did not pay in the configurations of docs/benchmarks.md (a skipped right guess
   // becomes a stall, and the disk was never saturated enough for wrong ones to cost as much).
   bool throttle = false;
+  double throttle_factor = 0.5;  // the throttle's threshold is this x the disk's busy fraction
+  // Replay a recorded routing as a perfect guess (a benchmark instrument, routing_oracle.h):
+  // the lookahead schedule then prefetches the recorded selection of the next oracle_depth
+  // layers (1 .. n_layer-1; the next step's first layers included) instead of the router's
+  // guesses, and does not refine. With oracle_record the run records its routing instead.
+  std::shared_ptr<RoutingOracle> oracle;
+  bool oracle_record = false;
+  int oracle_depth = 1;
   double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
@@ -163,6 +172,9 @@ class StreamingExperts final : public ExpertSource {
   // Computes the prediction for layer+1 (no I/O); issue_prefetch submits its reads later, behind
   // the demand reads of the current layer.
   void predict_next(int layer, const float* x_norm, int64_t n_tok);
+  // Oracle replay: the recorded selections of the next oracle_depth layers as the guesses.
+  void oracle_predict(int layer);
+  bool oracle_replay() const { return opt_.oracle && !opt_.oracle_record; }
   void issue_prefetch(int layer);
   // Between begin_batch() and flush_batch(), reads are collected and then submitted at once
   // (one io_uring_submit for a layer's demand reads and prefetches).
@@ -193,6 +205,7 @@ class StreamingExperts final : public ExpertSource {
   uint64_t next_tag_ = 1;
   uint64_t clock_ = 0;                        // access clock for the policy
   uint64_t step_ = 0;                         // layers processed (protection epochs)
+  int64_t oracle_step_ = -1;                  // forward calls started (RoutingOracle steps)
   uint64_t token_prefetch_bytes_ = 0;         // prefetch bytes issued for the current token
   uint64_t prefetch_budget_bytes_ = 0;
   // Predictions per target layer (made while the layer before computes): keys in priority order,
