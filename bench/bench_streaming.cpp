@@ -26,6 +26,7 @@
 
 #include "les/model/context.h"
 #include "les/sched/budget.h"
+#include "les/sched/stream_report.h"
 #include "les/sched/streaming_experts.h"
 #include "les/storage/expert_layout.h"
 #include "les/storage/io.h"
@@ -59,6 +60,7 @@ struct Args {
   std::string json;
   std::string prompt_file;  // real text: the prompt is its first n_prompt tokens
   std::string packed;       // the same model packed by les pack (configurations with /file=packed)
+  bool layers = false;      // print each configuration's per-layer table (its last repeat)
   std::vector<std::string> configs{"resident", "ondemand", "lookahead"};
 };
 
@@ -99,11 +101,13 @@ Args parse(int argc, char** argv) {
     }
     else if (k == "--packed") a.packed = val();
     else if (k == "--json") a.json = val();
+    else if (k == "--layers") a.layers = true;
     else if (k == "--prompt-file") a.prompt_file = val();
     else if (k == "-h" || k == "--help") {
       std::printf("usage: bench_streaming -m MODEL --mem SIZE [-n 32] [-p 16] [-t 2] [--reps 3] [--io uring|pread|naive]\n"
                   "       [--policy lru] [--predict-extra 0] [--prefetch-budget 1.5] [--queue-depth 8] [--prefetch-inflight SIZE]\n"
-                  "       [--json FILE] [--prompt-file TEXT] [--packed PACKED.gguf] [--configs resident,ondemand,lookahead[/key=value...]]\n");
+                  "       [--json FILE] [--prompt-file TEXT] [--packed PACKED.gguf] [--configs resident,ondemand,lookahead[/key=value...]]\n"
+                  "       [--layers]  (per-layer statistics of each configuration's last repeat)\n");
       std::exit(0);
     } else throw Error("unknown option " + k);
   }
@@ -314,6 +318,13 @@ int main(int argc, char** argv) {
         r.io_bytes = ex.stats().io.bytes;
         r.io_reads = ex.stats().io.syscalls;
         runs[ci].push_back(r);
+        if (a.layers && rep + 1 == a.reps) {
+          RunSummary sum;
+          sum.decode_tps = r.tps;
+          sum.wall_s = r.decode_s;
+          sum.n_tokens = r.tokens;
+          std::printf("\n%s, last repeat:\n%s", cf.label.c_str(), format_stream_table(ex.stats(), sum).c_str());
+        }
       }
     }
     std::vector<Result> med;
