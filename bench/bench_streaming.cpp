@@ -11,7 +11,7 @@
 // options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
 // qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
 // the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off),
-// tf (throttle on with this factor), oracle (1..n_layer-1: replay a recorded routing as a perfect
+// ahead2busy (the two-ahead prefetch's disk-busy limit), tf (throttle on with this factor), oracle (1..n_layer-1: replay a recorded routing as a perfect
 // guess this many layers ahead; the bound any predictor could reach with this pipeline).
 #include <sys/resource.h>
 
@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
         else if (k == "ahead2") o.measure_ahead2 = v == "on";
         else if (k == "prefetch2") o.prefetch_ahead2 = v == "on";
         else if (k == "throttle") o.throttle = v == "on";
+        else if (k == "ahead2busy") o.ahead2_max_busy = std::stod(v);
         else if (k == "tf") { o.throttle = true; o.throttle_factor = std::stod(v); }
         else if (k == "oracle") {
           o.oracle_depth = std::stoi(v);

@@ -336,6 +336,48 @@ TEST(StorageIoQueue, PromoteRaisesQueuedPrefetch) {
   EXPECT_EQ(g.eng->counters().promoted, 2u);
 }
 
+// Speculative reads (deep guesses) use only the device's idle time: they start after every
+// queued demand and prefetch read and only when nothing is in flight; promote() raises one to
+// prefetch priority, and a "promotion" to a lower priority changes nothing.
+TEST(StorageIoQueue, SpeculativeReadsFillIdleTimeOnly) {
+  GatedFake g(/*qd=*/4);
+  g.submit(1, IoPriority::speculative);  // the device is idle: starts at once
+  wait_started(*g.log, 1);
+  g.submit(2, IoPriority::speculative);
+  g.submit(3, IoPriority::speculative);
+  g.submit(4, IoPriority::prefetch);     // starts beside 1 (queue depth 4)
+  g.submit(10, IoPriority::demand);
+  wait_started(*g.log, 3);
+  std::this_thread::sleep_for(20ms);     // 2 or 3 would have started by now
+  // (4 and 10 start on two worker threads at once: their order in the log is either.)
+  auto first = [&](size_t n) {
+    auto t = started_tags(*g.log);
+    t.resize(std::min(n, t.size()));
+    std::sort(t.begin(), t.end());
+    return t;
+  };
+  EXPECT_EQ(g.log->started().size(), 3u);
+  EXPECT_EQ(first(3), (std::vector<uint64_t>{1, 4, 10}));
+  EXPECT_TRUE(g.eng->promote(3, IoPriority::prefetch));
+  wait_started(*g.log, 4);
+  EXPECT_EQ(started_tags(*g.log)[3], 3u);
+  EXPECT_TRUE(g.eng->promote(2, IoPriority::speculative));
+  EXPECT_TRUE(g.eng->promote(10, IoPriority::prefetch));  // demand already: no change
+  g.gate->open();
+  const auto done = drain(*g.eng, 5);
+  ASSERT_EQ(g.log->started().size(), 5u);
+  EXPECT_EQ(started_tags(*g.log)[4], 2u);  // last: nothing else was in flight any more
+  for (const auto& c : done) {
+    ASSERT_TRUE(c.ok()) << c.error;
+    EXPECT_EQ(std::memcmp(g.dst[c.tag].data(), g.bytes.data() + c.tag * 1024, 1024), 0);
+    const IoPriority want = c.tag == 10 ? IoPriority::demand
+                            : c.tag == 3 || c.tag == 4 ? IoPriority::prefetch
+                                                       : IoPriority::speculative;
+    EXPECT_EQ(c.priority, want) << c.tag;
+  }
+  EXPECT_EQ(g.eng->counters().promoted, 1u);
+}
+
 // A multi-op prefetch that has started keeps its remaining ops queued; a demand request goes
 // between them (ops, not whole requests, are the unit of the queue depth).
 TEST(StorageIoQueue, DemandOvertakesRestOfStartedPrefetch) {

@@ -169,6 +169,31 @@ TEST(Streaming, RoutingOracleReplaysTheRecordedRoutingExactly) {
   EXPECT_EQ(ex.stats().total().prefetch_issued, 0u);
 }
 
+// The two-ahead prefetch reads into the disk's idle time: on a saturated disk (every read slow,
+// one at a time) it stops once the busy fraction of demand and prefetch reads is measured above
+// ahead2_max_busy, while with the limit at 1 it keeps prefetching. Logits are the same either way.
+TEST(Streaming, TwoAheadPrefetchStopsOnABusyDisk) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  auto resident = Model::load(tiny_moe_path());
+  auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  const auto ref = run_hashes(*resident, nullptr, 1, 24);
+  const auto bytes = les::test::read_bytes(tiny_moe_path());
+  uint64_t issued[2] = {0, 0};
+  for (int limited = 0; limited < 2; ++limited) {
+    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::fake, 128);
+    o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
+    o.queue_depth = 1;
+    o.io.fake.latency = std::chrono::microseconds(1500);
+    o.prefetch_ahead2 = true;
+    o.ahead2_max_busy = limited ? 0.7 : 1.0;
+    StreamingExperts ex(*m, o);
+    EXPECT_EQ(run_hashes(*m, &ex, 1, 24), ref) << "limited " << limited;
+    issued[limited] = ex.stats().guess_issued[kGuessAhead2];
+  }
+  EXPECT_GT(issued[0], 20u);
+  EXPECT_LT(issued[1], issued[0] / 2) << "two-ahead prefetches: " << issued[0] << " unlimited, " << issued[1] << " limited";
+}
+
 TEST(Streaming, LookaheadPredictsAndPrefetches) {
   LES_REQUIRE_FILE(tiny_moe_path());
   auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});

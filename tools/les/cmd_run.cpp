@@ -48,7 +48,7 @@ int cmd_run(int argc, char** argv) {
           {{"--no-refine-cancel"}, false, "lookahead: keep unstarted prefetches the refined prediction drops", ""},
           {{"--measure-ahead2"}, false, "lookahead: also measure a two-layers-ahead prediction (statistics only)", ""},
           {{"--throttle"}, false, "lookahead: skip guesses whose recent precision is below half the disk's busy fraction", ""},
-          {{"--prefetch-ahead2"}, false, "lookahead: also prefetch the two-layers-ahead prediction (deeper pipeline, lower precision)", ""},
+          {{"--prefetch-ahead2"}, false, "lookahead: also prefetch the two-layers-ahead guess into the disk's idle time (speculative reads; pays when compute and I/O are balanced, costs when the disk is the bottleneck)", ""},
           {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
           {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
           {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},

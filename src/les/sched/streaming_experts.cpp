@@ -411,7 +411,10 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
   policy_->on_predict(key, clock_);
   const int si = slot_of(key);
   if (si >= 0) {
-    slots_[static_cast<size_t>(si)].protect_until = step_ + 2;
+    Slot& s = slots_[static_cast<size_t>(si)];
+    s.protect_until = std::max(s.protect_until, step_ + 2);
+    // A nearer guess for an expert that a deep guess is reading speculatively: a prefetch now.
+    if (s.state == SlotState::loading && guess != kGuessAhead2) io_->promote(s.tag, storage::IoPriority::prefetch);
     return true;
   }
   if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) return false;
@@ -427,7 +430,10 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
   ++stats_.guess_issued[guess];
   s.protect_until = step_ + 2;
   policy_->on_insert(key, clock_);
-  submit_read(ns, key, storage::IoPriority::prefetch);
+  // Deep guesses read only into the disk's idle time (they must not delay nearer reads); the
+  // oracle's are certain and go as prefetches.
+  const bool speculative = guess == kGuessAhead2 && !oracle_replay();
+  submit_read(ns, key, speculative ? storage::IoPriority::speculative : storage::IoPriority::prefetch);
   token_prefetch_bytes_ += eb;
   ++ls.prefetch_issued;
   return true;
@@ -571,7 +577,8 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     // Targets wrap to the next step's first layers (only the oracle predicts those).
     issue_prefetch((layer + 1) % cfg_.n_layer);
     // Deeper guesses (two-ahead, or the oracle's up to n_layer-1 ahead), nearest layer first.
-    const int deepest = oracle_replay() ? std::min(opt_.oracle_depth, cfg_.n_layer - 1) : (opt_.prefetch_ahead2 ? 2 : 1);
+    const bool deep_guess = opt_.prefetch_ahead2 && disk_busy_nonspec_ <= opt_.ahead2_max_busy;
+    const int deepest = oracle_replay() ? std::min(opt_.oracle_depth, cfg_.n_layer - 1) : (deep_guess ? 2 : 1);
     bool room = true;
     for (int d = 2; d <= deepest && room; ++d) {
       const int lt = (layer + d) % cfg_.n_layer;
@@ -653,7 +660,11 @@ void StreamingExperts::on_token_done() {
   const double t = now_s();
   if (last_token_t_ > 0 && t > last_token_t_) {
     disk_busy_ = std::min(1.0, 1e-6 * static_cast<double>(c.busy_us - last_busy_us_) / (t - last_token_t_));
+    const double nonspec =
+        std::min(1.0, 1e-6 * static_cast<double>(c.busy_nonspec_us - last_busy_nonspec_us_) / (t - last_token_t_));
+    disk_busy_nonspec_ = 0.7 * disk_busy_nonspec_ + 0.3 * nonspec;
   }
+  last_busy_nonspec_us_ = c.busy_nonspec_us;
   last_token_t_ = t;
   last_busy_us_ = c.busy_us;
   storage::IoCounters d = c;
@@ -661,6 +672,7 @@ void StreamingExperts::on_token_done() {
   d.promoted -= io_base_.promoted; d.ops -= io_base_.ops; d.syscalls -= io_base_.syscalls;
   d.submit_calls -= io_base_.submit_calls; d.bytes -= io_base_.bytes; d.retries -= io_base_.retries;
   d.short_reads -= io_base_.short_reads; d.busy_us -= io_base_.busy_us;
+  d.busy_nonspec_us -= io_base_.busy_nonspec_us;
   stats_.io = d;
 }
 

@@ -46,10 +46,15 @@ struct StreamingOptions {
   // Also compute a guess two layers ahead (layer l+2's router on layer l's router input) for
   // the statistics (raw_ahead2_hits_k); it costs one more router product per layer.
   bool measure_ahead2 = false;
-  // Prefetch that two-ahead guess too, behind the next layer's prefetches (implies
-  // measure_ahead2): a deeper pipeline for the disk, at lower precision. Its unstarted reads
-  // are cancelled when a later guess for that layer drops them.
+  // Prefetch that two-ahead guess too (implies measure_ahead2), at speculative I/O priority:
+  // its reads start only when the disk has nothing else to do, a deeper pipeline at lower
+  // precision that never delays the next layer's reads. A nearer guess for the same expert
+  // raises its read to prefetch priority; unstarted reads a later guess drops are cancelled.
   bool prefetch_ahead2 = false;
+  // ... but only while the disk's busy fraction with demand and prefetch reads (recent tokens)
+  // is at most this: above it there is too little idle time to fill, and a speculative read in
+  // flight delays the demand read that arrives behind it.
+  double ahead2_max_busy = 0.7;
   // Throttle: skip a prefetch whose guess source has recently been right less often than
   // 0.5 x the disk's busy fraction over the last token. A wrong read costs nothing when the disk
   // would have idled and a whole read's time when it is saturated, while a right one saves a
@@ -232,6 +237,8 @@ class StreamingExperts final : public ExpertSource {
   double guess_n_[kGuessSources] = {};
   double guess_hit_[kGuessSources] = {};
   double disk_busy_ = 0;
+  double disk_busy_nonspec_ = 0;              // recent tokens (exponential average)
+  uint64_t last_busy_nonspec_us_ = 0;
   double last_token_t_ = 0;
   uint64_t last_busy_us_ = 0;
   uint64_t guess_skips_[kGuessSources] = {};

@@ -124,7 +124,15 @@ std::shared_ptr<ReadFile> make_memory_file(std::vector<uint8_t> bytes, std::stri
 // ---------------------------------------------------------------------------------------------
 // Requests and completions
 
-enum class IoPriority : uint8_t { prefetch = 0, demand = 1 };
+// Service order: demand, then prefetch, then speculative (a deep guess: it starts only when
+// nothing else is queued or in flight, so it uses the device's idle time and never delays a
+// nearer read by more than the one op it may have in flight).
+enum class IoPriority : uint8_t { prefetch = 0, demand = 1, speculative = 2 };
+inline constexpr int kIoPriorities = 3;
+// Rank in service order (higher is served first).
+constexpr int priority_rank(IoPriority p) {
+  return p == IoPriority::demand ? 2 : p == IoPriority::prefetch ? 1 : 0;
+}
 
 struct IoOp {
   uint64_t file_offset = 0;
@@ -154,7 +162,7 @@ struct IoCounters {
   uint64_t requests = 0;     // requests completed (successfully or not)
   uint64_t errors = 0;       // requests completed with an error
   uint64_t cancelled = 0;    // requests removed by cancel()
-  uint64_t promoted = 0;     // successful promote() calls
+  uint64_t promoted = 0;     // promote() calls that raised a priority
   uint64_t ops = 0;          // ops started (as submitted)
   uint64_t syscalls = 0;     // read syscalls / SQEs issued, retries included
   uint64_t submit_calls = 0; // io_uring_submit calls (uring); equals syscalls for thread backends
@@ -162,6 +170,7 @@ struct IoCounters {
   uint64_t retries = 0;      // reads reissued (short read, EINTR, EAGAIN)
   uint64_t short_reads = 0;  // reads that returned fewer bytes than asked (not at EOF)
   uint64_t busy_us = 0;      // wall time with at least one op in flight
+  uint64_t busy_nonspec_us = 0;  // ... with at least one demand or prefetch op in flight
   uint32_t max_in_flight = 0;
 };
 
@@ -260,9 +269,10 @@ class IoEngine {
   // Removes a request none of whose ops has started. Returns whether it did; a cancelled
   // request produces no completion.
   virtual bool cancel(uint64_t tag) = 0;
-  // Raises a pending prefetch to demand priority: its unstarted ops move behind the demand
-  // requests already queued. Returns whether the tag was pending (true also if already demand).
-  virtual bool promote(uint64_t tag) = 0;
+  // Raises a pending request to priority `to` (default demand) if that is higher: its unstarted
+  // ops move behind the requests of that priority already queued. Returns whether the tag was
+  // pending (true also if its priority was already at least `to`).
+  virtual bool promote(uint64_t tag, IoPriority to = IoPriority::demand) = 0;
   // Appends the completions available now; returns how many. Never blocks.
   virtual size_t poll(std::vector<IoCompletion>& out) = 0;
   // Like poll() but waits up to timeout for at least one completion; returns 0 at timeout, or at

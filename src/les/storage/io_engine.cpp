@@ -280,18 +280,18 @@ bool QueuedIoEngine::cancel(uint64_t tag) {
   return true;
 }
 
-bool QueuedIoEngine::promote(uint64_t tag) {
+bool QueuedIoEngine::promote(uint64_t tag, IoPriority to) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = pending_.find(tag);
   if (it == pending_.end()) return false;
   Request* r = it->second.get();
-  if (r->priority == IoPriority::demand) return true;
+  if (priority_rank(r->priority) >= priority_rank(to)) return true;
   const bool was_queued = r->queued;
   unqueue_locked(r);
-  r->priority = IoPriority::demand;
+  r->priority = to;
   ++counters_.promoted;
   if (was_queued) {
-    queue_[static_cast<int>(IoPriority::demand)].push_back(r);
+    queue_[static_cast<int>(to)].push_back(r);
     r->queued = true;
     kick_locked();
   }
@@ -302,9 +302,11 @@ bool QueuedIoEngine::take_op_locked(OpRef& out) {
   if (in_flight_ >= static_cast<size_t>(queue_depth_)) return false;
   auto& qd = queue_[static_cast<int>(IoPriority::demand)];
   auto& qp = queue_[static_cast<int>(IoPriority::prefetch)];
-  auto& q = !qd.empty() ? qd : qp;
+  auto& qs = queue_[static_cast<int>(IoPriority::speculative)];
+  auto& q = !qd.empty() ? qd : !qp.empty() ? qp : qs;
   if (q.empty()) return false;
-  const bool prefetch = &q == &qp;
+  if (&q == &qs && in_flight_ > 0) return false;  // speculative reads fill idle time only
+  const bool prefetch = &q != &qd;
   Request* r = q.front();
   if (prefetch && prefetch_bytes_ > 0 && prefetch_in_flight_ > 0 &&
       prefetch_bytes_in_flight_ + r->ops[r->next].length > prefetch_bytes_) {
@@ -312,6 +314,7 @@ bool QueuedIoEngine::take_op_locked(OpRef& out) {
   }
   out.req = r;
   out.prefetch = prefetch;
+  out.speculative = &q == &qs;
   if (prefetch) {
     ++prefetch_in_flight_;
     prefetch_bytes_in_flight_ += r->ops[r->next].length;
@@ -325,6 +328,7 @@ bool QueuedIoEngine::take_op_locked(OpRef& out) {
   const auto now = Clock::now();
   if (r->started++ == 0) r->t_start = now;
   if (in_flight_++ == 0) busy_since_ = now;
+  if (!out.speculative && nonspec_in_flight_++ == 0) nonspec_since_ = now;
   counters_.max_in_flight = std::max<uint32_t>(counters_.max_in_flight, static_cast<uint32_t>(in_flight_));
   return true;
 }
@@ -339,6 +343,10 @@ void QueuedIoEngine::finish_op_locked(const OpRef& ref, OpResult&& res) {
   if (--in_flight_ == 0) {
     counters_.busy_us += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - busy_since_).count());
+  }
+  if (!ref.speculative && --nonspec_in_flight_ == 0) {
+    counters_.busy_nonspec_us += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - nonspec_since_).count());
   }
   counters_.syscalls += res.syscalls;
   if (mode_ != IoMode::uring) counters_.submit_calls += res.syscalls;
@@ -431,6 +439,10 @@ IoCounters QueuedIoEngine::counters() const {
   if (in_flight_ > 0) {
     c.busy_us += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - busy_since_).count());
+  }
+  if (nonspec_in_flight_ > 0) {
+    c.busy_nonspec_us += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - nonspec_since_).count());
   }
   return c;
 }

@@ -89,7 +89,7 @@ class QueuedIoEngine : public IoEngine {
   void submit(IoRequest req) override;
   void submit_batch(std::vector<IoRequest> reqs) override;
   bool cancel(uint64_t tag) override;
-  bool promote(uint64_t tag) override;
+  bool promote(uint64_t tag, IoPriority to = IoPriority::demand) override;
   size_t poll(std::vector<IoCompletion>& out) override;
   size_t wait(std::vector<IoCompletion>& out, std::chrono::microseconds timeout) override;
   size_t pending() const override;
@@ -116,12 +116,14 @@ class QueuedIoEngine : public IoEngine {
     Request* req = nullptr;
     size_t index = 0;
     uint64_t seq = 0;  // 0-based number of the op among all ops this engine started
-    bool prefetch = false;  // started at prefetch priority (counts against prefetch_bytes)
+    bool prefetch = false;  // started at prefetch or speculative priority (counts against prefetch_bytes)
+    bool speculative = false;  // started at speculative priority
     const IoOp& op() const { return req->ops[index]; }
   };
 
   // Starts the next op in priority order if fewer than queue_depth are in flight (and, for a
-  // prefetch op, if no prefetch op is in flight or its bytes stay within prefetch_bytes).
+  // prefetch op, if no prefetch op is in flight or its bytes stay within prefetch_bytes; for a
+  // speculative op, only if no op at all is in flight).
   bool take_op_locked(OpRef& out);
   // Records the end of an op started by take_op_locked(); completes its request when it was the
   // request's last op. After an error the request's unstarted ops are dropped.
@@ -137,6 +139,7 @@ class QueuedIoEngine : public IoEngine {
   IoCounters counters_;  // backends add syscalls/submit_calls/retries/short_reads via finish
   size_t in_flight_ = 0;
   size_t prefetch_in_flight_ = 0;        // prefetch ops in flight
+  size_t nonspec_in_flight_ = 0;         // demand and prefetch ops in flight
   uint64_t prefetch_bytes_in_flight_ = 0;
   const std::shared_ptr<ReadFile> file_;
 
@@ -148,11 +151,12 @@ class QueuedIoEngine : public IoEngine {
   const IoMode mode_;
   const int queue_depth_;
   const uint64_t prefetch_bytes_;  // prefetch bytes in flight at most (0: unlimited)
-  std::deque<Request*> queue_[2];  // indexed by IoPriority
+  std::deque<Request*> queue_[kIoPriorities];  // indexed by IoPriority
   std::unordered_map<uint64_t, std::unique_ptr<Request>> pending_;
   std::deque<IoCompletion> done_;
   std::condition_variable done_cv_;
   Clock::time_point busy_since_;
+  Clock::time_point nonspec_since_;
 };
 
 // A pool of worker threads, each running one op at a time with a synchronous read function;
