@@ -13,10 +13,6 @@ namespace les {
 
 namespace {
 
-// Speculative reads are split into ops of at most this many bytes (a multiple of the direct-I/O
-// alignment, so the pieces of an aligned extent stay aligned).
-constexpr uint64_t kSpeculativePiece = 512 * 1024;
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -191,18 +187,7 @@ void StreamingExperts::submit_read(int si, cache::ExpertKey key, storage::IoPrio
   storage::IoRequest req;
   req.tag = next_tag_++;
   req.priority = prio;
-  // A speculative read goes in pieces: a demand read that arrives while one is in flight waits
-  // for that piece, not for the whole expert (speculative ops start only on an idle device).
-  const uint64_t piece = prio == storage::IoPriority::speculative ? kSpeculativePiece : UINT64_MAX;
-  for (const SlotRead& r : layout_.reads(layer, e)) {
-    if (r.length <= piece) {
-      req.ops.push_back(storage::IoOp{r.file_offset, r.length, s.data + r.slot_offset});
-      continue;
-    }
-    for (uint64_t off = 0; off < r.length; off += piece) {
-      req.ops.push_back(storage::IoOp{r.file_offset + off, std::min(piece, r.length - off), s.data + r.slot_offset + off});
-    }
-  }
+  for (const SlotRead& r : layout_.reads(layer, e)) req.ops.push_back(storage::IoOp{r.file_offset, r.length, s.data + r.slot_offset});
   s.key = key;
   s.state = SlotState::loading;
   s.tag = req.tag;
