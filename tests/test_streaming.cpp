@@ -27,6 +27,15 @@ StreamingOptions opts(const Model& m, Schedule s, storage::IoMode io, int slots)
   return les::test::stream_opts(m, s, io, slots);
 }
 
+// Lookahead over a saturated fake disk: every read of the model's bytes takes 1.5 ms, one at a time.
+StreamingOptions slow_disk_opts(const Model& m, const std::vector<uint8_t>& bytes) {
+  StreamingOptions o = opts(m, Schedule::lookahead, storage::IoMode::fake, 128);
+  o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
+  o.queue_depth = 1;
+  o.io.fake.latency = std::chrono::microseconds(1500);
+  return o;
+}
+
 }  // namespace
 
 TEST(Streaming, BitIdenticalAcrossSchedulesCachesThreadsAndIoModes) {
@@ -101,10 +110,7 @@ TEST(Streaming, ThrottleSkipsImpreciseGuessesOnABusyDisk) {
   const auto bytes = les::test::read_bytes(tiny_moe_path());
   uint64_t throttled[2] = {0, 0};
   for (int on = 0; on < 2; ++on) {
-    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::fake, 128);
-    o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
-    o.queue_depth = 1;
-    o.io.fake.latency = std::chrono::microseconds(1500);
+    StreamingOptions o = slow_disk_opts(*m, bytes);
     o.predict_extra = 4;  // guesses ranked k+1..k+m are right far less than half the time
     o.throttle = on == 1;
     StreamingExperts ex(*m, o);
@@ -182,10 +188,7 @@ TEST(Streaming, TwoAheadPrefetchStopsOnABusyDisk) {
   const auto bytes = les::test::read_bytes(tiny_moe_path());
   uint64_t issued[2] = {0, 0};
   for (int limited = 0; limited < 2; ++limited) {
-    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::fake, 128);
-    o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
-    o.queue_depth = 1;
-    o.io.fake.latency = std::chrono::microseconds(1500);
+    StreamingOptions o = slow_disk_opts(*m, bytes);
     o.prefetch_ahead2 = true;
     o.ahead2_max_busy = limited ? 0.05 : 1.0;
     StreamingExperts ex(*m, o);

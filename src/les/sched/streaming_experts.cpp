@@ -218,6 +218,7 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
     // error.
     if (s.retries < 2) {
       ++s.retries;
+      s.speculative = false;
       submit_read(si, s.key, storage::IoPriority::demand);
       return;
     }
@@ -414,7 +415,10 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
     Slot& s = slots_[static_cast<size_t>(si)];
     s.protect_until = std::max(s.protect_until, step_ + 2);
     // A nearer guess for an expert that a deep guess is reading speculatively: a prefetch now.
-    if (s.state == SlotState::loading && guess != kGuessAhead2) io_->promote(s.tag, storage::IoPriority::prefetch);
+    if (s.speculative && s.state == SlotState::loading && guess != kGuessAhead2) {
+      io_->promote(s.tag, storage::IoPriority::prefetch);
+      s.speculative = false;
+    }
     return true;
   }
   if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) return false;
@@ -432,8 +436,8 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
   policy_->on_insert(key, clock_);
   // Deep guesses read only into the disk's idle time (they must not delay nearer reads); the
   // oracle's are certain and go as prefetches.
-  const bool speculative = guess == kGuessAhead2 && !oracle_replay();
-  submit_read(ns, key, speculative ? storage::IoPriority::speculative : storage::IoPriority::prefetch);
+  s.speculative = guess == kGuessAhead2 && !oracle_replay();
+  submit_read(ns, key, s.speculative ? storage::IoPriority::speculative : storage::IoPriority::prefetch);
   token_prefetch_bytes_ += eb;
   ++ls.prefetch_issued;
   return true;
@@ -521,6 +525,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       ++ls.in_flight;
       ++slots_[static_cast<size_t>(si)].pins;
       io_->promote(slots_[static_cast<size_t>(si)].tag);
+      slots_[static_cast<size_t>(si)].speculative = false;
       slot_of_i[i] = si;
       waiting.push_back(i);
     } else {

@@ -156,6 +156,7 @@ class StreamingExperts final : public ExpertSource {
     bool demand_fresh = false;   // demand-loaded, first use not yet computed
     bool waste_counted = false;  // prefetched for a layer that did not select it (bytes counted)
     uint8_t guess = 0;           // guess source of a prefetch (kGuess*)
+    bool speculative = false;    // being read at speculative I/O priority
     uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
     uint8_t* data = nullptr;
     int retries = 0;
