@@ -187,6 +187,13 @@ bool ReadProgress::on_result(int64_t r) {
 // ---------------------------------------------------------------------------------------------
 // Queue and bookkeeping
 
+namespace {
+// Whole microseconds from t to now.
+uint64_t us_since(Clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
+}
+}  // namespace
+
 QueuedIoEngine::QueuedIoEngine(IoMode mode, std::shared_ptr<ReadFile> file, const IoOptions& opts)
     : file_(std::move(file)),
       mode_(mode),
@@ -341,12 +348,10 @@ void QueuedIoEngine::finish_op_locked(const OpRef& ref, OpResult&& res) {
     prefetch_bytes_in_flight_ -= ref.op().length;
   }
   if (--in_flight_ == 0) {
-    counters_.busy_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - busy_since_).count());
+    counters_.busy_us += us_since(busy_since_);
   }
   if (!ref.speculative && --nonspec_in_flight_ == 0) {
-    counters_.busy_nonspec_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - nonspec_since_).count());
+    counters_.busy_nonspec_us += us_since(nonspec_since_);
   }
   counters_.syscalls += res.syscalls;
   if (mode_ != IoMode::uring) counters_.submit_calls += res.syscalls;
@@ -437,12 +442,10 @@ IoCounters QueuedIoEngine::counters() const {
   std::lock_guard<std::mutex> lk(mu_);
   IoCounters c = counters_;
   if (in_flight_ > 0) {
-    c.busy_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - busy_since_).count());
+    c.busy_us += us_since(busy_since_);
   }
   if (nonspec_in_flight_ > 0) {
-    c.busy_nonspec_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - nonspec_since_).count());
+    c.busy_nonspec_us += us_since(nonspec_since_);
   }
   return c;
 }
