@@ -2,12 +2,16 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace les::test {
 
@@ -45,5 +49,29 @@ inline std::string temp_dir() {
 
 #define LES_REQUIRE_FILE(path) \
   do { if (!::les::test::file_exists(path)) GTEST_SKIP() << "missing " << (path); } while (0)
+
+}  // namespace les::test
+
+namespace les::test {
+
+// Runs the les program with `args` (a shell-quoted string); returns its exit status and puts
+// its stderr in *err.
+inline int run_les(const std::string& args, std::string* err = nullptr) {
+  const char* t = std::getenv("TMPDIR");
+  std::string tmpl = std::string(t ? t : "/tmp") + "/les-stderr-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  const int fd = mkstemp(buf.data());
+  if (fd >= 0) ::close(fd);
+  const std::string errf = buf.data();
+  const std::string cmd = std::string(LES_CLI) + " " + args + " >/dev/null 2>'" + errf + "'";
+  const int rc = std::system(cmd.c_str());
+  if (err) {
+    const auto b = read_bytes(errf);
+    err->assign(b.begin(), b.end());
+  }
+  std::remove(errf.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
 
 }  // namespace les::test

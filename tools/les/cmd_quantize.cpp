@@ -1,35 +1,154 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "args.h"
 #include "commands.h"
 #include "common.h"
 #include "les/convert/quantize_model.h"
+#include "les/imatrix/imatrix_file.h"
+#include "les/mixed/mixed_plan.h"
+#include "les/tokenizer/tokenizer.h"
 #include "les/util/error.h"
 #include "les/util/progress.h"
 
 namespace les::cli {
 
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(strfmt("cannot read calibration text %s", path.c_str()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().empty()) throw Error(strfmt("calibration text %s is empty", path.c_str()));
+  return ss.str();
+}
+
+std::vector<Type> parse_type_list(const std::string& s) {
+  std::vector<Type> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto t = parse_type(item);
+    if (!t || !info(*t).weight_type) throw Error(strfmt("--types: unknown weight type '%s'", item.c_str()));
+    v.push_back(*t);
+  }
+  return v;
+}
+
+}  // namespace
+
 int cmd_quantize(int argc, char** argv) {
-  Args a("quantize", "convert a model's weights: les quantize IN.gguf OUT.gguf TYPE (e.g. q4_k_m, q4_K, q8_0, f16)",
+  Args a("quantize",
+         "convert a model's weights:\n"
+         "  les quantize IN.gguf OUT.gguf TYPE [--imatrix FILE]   TYPE: a type (q4_K, iq4_xs, q8_0, f16: every matrix),\n"
+         "      a recipe (q4_k_m, Q3_K_S, ...) or a llama.cpp ftype in upper case (Q2_K, Q6_K, IQ4_XS: its recipe)\n"
+         "  les quantize IN.gguf OUT.gguf --target-size SIZE | --target-bpw B --calib TEXT [--imatrix FILE]\n"
+         "      mixed precision: each tensor group's type chosen from its measured sensitivity (KL divergence on\n"
+         "      the calibration text) for the least predicted KL divergence within the target",
          {{{"-t", "--threads"}, true, "threads (default 2)", "N"},
-          {{"--force"}, false, "overwrite OUT if it exists"}});
+          {{"--force"}, false, "overwrite OUT if it exists"},
+          {{"--imatrix"}, true, "importance matrix (llama.cpp's imatrix format, or les imatrix)", "FILE"},
+          {{"--target-size"}, true, "mixed precision: output file size (e.g. 30M, 38108864)", "SIZE"},
+          {{"--target-bpw"}, true, "mixed precision: bits per weight over all tensors", "B"},
+          {{"--calib"}, true, "mixed precision: calibration text", "TEXT"},
+          {{"--calib-windows"}, true, "calibration windows per sensitivity measurement (default 4)", "N"},
+          {{"-c", "--ctx-size"}, true, "calibration window length (default 512, at most the training context)", "N"},
+          {{"--types"}, true, "candidate types, comma-separated (default: every type les runs)", "LIST"},
+          {{"--mem"}, true, "mixed precision: price bytes by what they cost when streaming within this memory budget "
+                            "(expert bytes per miss, dense bytes by the cache they take)", "BUDGET"},
+          {{"--dry-run"}, false, "mixed precision: print the recipe, write nothing"},
+          {{"--recipe-json"}, true, "also write the recipe as JSON", "FILE"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
-  if (a.positional().size() != 3) throw Error("expected IN.gguf OUT.gguf TYPE");
+  const bool mixed = a.has("--target-size") || a.has("--target-bpw");
+  if (a.positional().size() != (mixed ? 2u : 3u)) {
+    throw Error(mixed ? "expected IN.gguf OUT.gguf with --target-size/--target-bpw (no TYPE)" : "expected IN.gguf OUT.gguf TYPE");
+  }
   const std::string& in = a.positional()[0];
   const std::string& out = a.positional()[1];
-  QuantizePlan plan = parse_quantize_plan(a.positional()[2]);
-  plan.n_threads = static_cast<int>(a.i64("--threads", 2));
-  if (!a.has("--force") && access(out.c_str(), F_OK) == 0) {
+  const int n_threads = static_cast<int>(a.i64("--threads", 2));
+  if (n_threads < 1 || n_threads > 256) throw Error("--threads must be in [1, 256]");
+  if (!a.has("--force") && !a.has("--dry-run") && access(out.c_str(), F_OK) == 0) {
     throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
+  }
+  const gguf::File in_file = gguf::read_file(in);
+
+  ImportanceMatrix imatrix;
+  ImportanceFn importance;
+  if (a.has("--imatrix")) {
+    imatrix = read_imatrix(a.str("--imatrix"));
+    check_imatrix_matches(imatrix, in_file);
+    importance = [&imatrix](const std::string& tensor, int expert, std::vector<float>& scratch) {
+      return imatrix.column_weights(tensor, expert, scratch);
+    };
+    std::fprintf(stderr, "quantize: importance matrix %s (%zu tensors, %d chunks)\n", a.str("--imatrix").c_str(),
+                 imatrix.entries.size(), imatrix.chunk_count);
+  }
+
+  QuantizePlan plan;
+  if (mixed) {
+    if (a.has("--target-size") && a.has("--target-bpw")) throw Error("give --target-size or --target-bpw, not both");
+    if (!a.has("--calib")) throw Error("mixed precision needs a calibration text (--calib TEXT)");
+    mixed::MixedOptions mo;
+    if (a.has("--target-size")) mo.target_bytes = parse_size(a.str("--target-size"), "--target-size");
+    if (a.has("--target-bpw")) {
+      mo.target_bpw = a.f64("--target-bpw", 0);
+      if (!(mo.target_bpw > 0 && mo.target_bpw <= 32)) throw Error("--target-bpw must be in (0, 32]");
+    }
+    if (mo.target_bytes == 0 && mo.target_bpw == 0) throw Error("--target-size must be > 0");
+    const std::string text = read_text(a.str("--calib"));
+    Tokenizer tok(vocab_from_gguf(in_file));
+    mo.calib_tokens = tok.encode(text, true, false);
+    const std::string arch = in_file.get_string("general.architecture", "");
+    const int n_ctx_train = static_cast<int>(in_file.get_int(arch + ".context_length", 512));
+    mo.sensitivity.n_ctx = static_cast<int>(a.i64("--ctx-size", std::min(512, n_ctx_train)));
+    if (mo.sensitivity.n_ctx < 2) throw Error("--ctx-size must be >= 2");
+    mo.sensitivity.n_windows = static_cast<int>(a.i64("--calib-windows", 4));
+    if (mo.sensitivity.n_windows < 1) throw Error("--calib-windows must be >= 1");
+    mo.sensitivity.n_threads = n_threads;
+    if (a.has("--types")) mo.sensitivity.candidates = parse_type_list(a.str("--types"));
+    if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
+    mo.importance = importance;
+    mo.imatrix_name = a.str("--imatrix");
+    if (static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
+      throw Error(strfmt("calibration text %s has %zu tokens, fewer than one window of %d (--ctx-size)",
+                         a.str("--calib").c_str(), mo.calib_tokens.size(), mo.sensitivity.n_ctx));
+    }
+    Progress bar("sensitivity", 1);
+    const mixed::MixedRecipe r = mixed::plan_mixed(in, mo, [&](int done, int total, const std::string&) {
+      bar.set_total(static_cast<uint64_t>(total));
+      bar.update(static_cast<uint64_t>(done));
+    });
+    bar.finish();
+    std::fprintf(stderr, "sensitivity: %d measurements of %d calibration positions each in %.1f s\n", r.measurements,
+                 r.calib_tokens, r.seconds);
+    std::fputs(mixed::format_recipe(r).c_str(), stdout);
+    if (r.cost_model == "stream") {
+      std::printf("streaming cost: %.2f MiB per token (a uniform file of the target size: %.2f MiB per token)\n",
+                  r.stream_bytes_per_token / 1048576.0, r.stream_bytes_per_token_ref / 1048576.0);
+    }
+    if (a.has("--recipe-json")) {
+      const std::string js = mixed::recipe_to_json(r);
+      write_file_atomic(a.str("--recipe-json"), js.data(), js.size());
+    }
+    if (a.has("--dry-run")) return 0;
+    plan = mixed::plan_from_recipe(r, in_file, n_threads);
+  } else {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+      if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
+    }
+    plan = parse_quantize_plan(a.positional()[2]);
+    plan.n_threads = n_threads;
   }
   Progress bar("quantize", 1);
   quantize_model(in, out, plan, [&](uint64_t done, uint64_t total) {
     bar.set_total(total);
     bar.update(done);
-  });
+  }, importance);
   bar.finish();
   std::fprintf(stderr, "wrote %s\n", out.c_str());
   return 0;

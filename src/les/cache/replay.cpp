@@ -128,6 +128,8 @@ ReplayStats replay(const RoutingTrace& tr, EvictionPolicy& policy, const ReplayO
   std::vector<uint8_t> busy(n_keys, 0);  // in use (current layer) or in flight (current prefetch)
   size_t n_resident = 0;
   ReplayStats st;
+  st.layer_accesses.assign(static_cast<size_t>(tr.n_layers), 0);
+  st.layer_misses.assign(static_cast<size_t>(tr.n_layers), 0);
 
   auto evictable = [&](ExpertKey k) { return !busy[dense(k)]; };
   auto make_room = [&]() {
@@ -163,12 +165,14 @@ ReplayStats replay(const RoutingTrace& tr, EvictionPolicy& policy, const ReplayO
         const ExpertKey k = make_key(l, sel[j]);
         const size_t d = dense(k);
         ++st.accesses;
+        ++st.layer_accesses[static_cast<size_t>(l)];
         if (resident[d]) {
           ++st.hits;
           prefetched_unused[d] = 0;
           policy.on_hit(k, clock);
         } else {
           ++st.misses;
+          ++st.layer_misses[static_cast<size_t>(l)];
           make_room();
           resident[d] = 1;
           ++n_resident;

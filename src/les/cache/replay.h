@@ -71,6 +71,8 @@ struct ReplayStats {
   uint64_t evictions = 0;
   uint64_t prefetches = 0;               // background loads (prefetch mode)
   uint64_t prefetch_unused = 0;          // prefetched experts evicted before any use
+  std::vector<uint64_t> layer_accesses;  // [n_layers]: demand accesses of each layer (replay() only)
+  std::vector<uint64_t> layer_misses;    // [n_layers]: demand loads of each layer (replay() only)
   double hit_rate() const { return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0; }
 };
 

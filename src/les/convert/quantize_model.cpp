@@ -1,15 +1,14 @@
 #include "les/convert/quantize_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "les/gguf/gguf.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 #include "les/util/mapped_file.h"
-#include "les/util/thread_pool.h"
 
 namespace les {
 
@@ -18,15 +17,17 @@ namespace {
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 int layer_of(const std::string& name) {
   if (name.rfind("blk.", 0) != 0) return -1;
   return std::atoi(name.c_str() + 4);
 }
 
-// llama.cpp's fallback when the row length is not a multiple of the K-quant block.
+// llama.cpp's fallback when the row length is not a multiple of the block.
 Type fallback(Type t) {
   switch (t) {
+    case Type::IQ4_XS: return Type::IQ4_NL;
     case Type::Q2_K: case Type::Q3_K: return Type::Q4_0;
     case Type::Q4_K: return Type::Q5_0;
     case Type::Q5_K: return Type::Q5_1;
@@ -35,63 +36,244 @@ Type fallback(Type t) {
   }
 }
 
+// llama.cpp's "more bits" layers of the _M recipes: the first and last eighth and every third
+// layer in between.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// Tensor categories as llama.cpp's recipes see them (by name).
+enum class Category { output, token_embd, attn_v, attn_k, attn_q, attn_output, ffn_up, ffn_gate, ffn_down, other };
+
+Category category_of(const std::string& name) {
+  if (name == "output.weight") return Category::output;
+  if (name == "token_embd.weight") return Category::token_embd;
+  if (contains(name, "attn_qkv.weight") || contains(name, "attn_v.weight")) return Category::attn_v;
+  if (contains(name, "attn_k.weight")) return Category::attn_k;
+  if (contains(name, "attn_q.weight")) return Category::attn_q;
+  if (contains(name, "attn_output.weight")) return Category::attn_output;
+  if (contains(name, "ffn_up")) return Category::ffn_up;
+  if (contains(name, "ffn_gate")) return Category::ffn_gate;
+  if (contains(name, "ffn_down")) return Category::ffn_down;
+  return Category::other;
+}
+
+// The recipe's choice for a quantized tensor before fallbacks (llama.cpp's rules for the ftypes
+// les supports).
+Type recipe_type(const QuantizePlan& p, const std::string& name, int64_t row_len, int n_layer, bool tied) {
+  const Recipe r = p.recipe;
+  const Category cat = category_of(name);
+  Type t = p.base;
+  if (r == Recipe::pure) return t;
+  if (cat == Category::output || (tied && cat == Category::token_embd)) {
+    if (row_len % block_size(t) != 0) return Type::Q8_0;
+    return t == Type::Q8_0 ? t : Type::Q6_K;
+  }
+  const bool iq4 = p.base == Type::IQ4_NL || p.base == Type::IQ4_XS;
+  if (cat == Category::attn_v) {
+    auto it = p.attn_v_index.find(name);
+    const int i = it != p.attn_v_index.end() ? it->second : std::max(0, layer_of(name));
+    const int n = p.n_attn_v > 0 ? p.n_attn_v : n_layer;
+    if (r == Recipe::q2_k) t = p.n_gqa >= 4 ? Type::Q4_K : Type::Q3_K;
+    else if (r == Recipe::q3_k_m) t = i < 2 ? Type::Q5_K : Type::Q4_K;
+    else if (r == Recipe::q3_k_l) t = Type::Q5_K;
+    else if (iq4 && p.n_gqa >= 4) t = Type::Q5_K;
+    else if ((r == Recipe::q4_k_m || r == Recipe::q5_k_m) && use_more_bits(i, n)) t = Type::Q6_K;
+    else if (r == Recipe::q4_k_s && i < 4) t = Type::Q5_K;
+    if (p.n_expert == 8) t = Type::Q8_0;
+    return t;
+  }
+  if (cat == Category::attn_k) return p.n_expert == 8 ? Type::Q8_0 : t;
+  if (cat == Category::ffn_down) {
+    const int i = std::max(0, layer_of(name)), n = n_layer;
+    if (r == Recipe::q2_k) t = Type::Q3_K;
+    else if (r == Recipe::q3_k_m) t = i < n / 16 ? Type::Q5_K : Type::Q4_K;
+    else if (r == Recipe::q3_k_l) t = Type::Q5_K;
+    else if (r == Recipe::q4_k_m) { if (use_more_bits(i, n)) t = Type::Q6_K; }
+    else if (i < n / 8 && iq4 && !p.has_imatrix) t = Type::Q5_K;
+    else if (r == Recipe::q5_k_m && use_more_bits(i, n)) t = Type::Q6_K;
+    else if (r == Recipe::q4_k_s && i < n / 8) t = Type::Q5_K;
+    else if ((p.base == Type::Q4_0 || p.base == Type::Q5_0) && p.has_imatrix && i < n / 8) {
+      t = p.base == Type::Q4_0 ? Type::Q4_1 : Type::Q5_1;
+    }
+    return t;
+  }
+  if (cat == Category::attn_output) {
+    if (p.n_expert == 8) {
+      if (r == Recipe::q2_k || r == Recipe::q3_k_s || r == Recipe::q3_k_m || r == Recipe::q4_k_s ||
+          r == Recipe::q4_k_m || iq4) {
+        t = Type::Q5_K;
+      }
+    } else if (r == Recipe::q2_k) {
+      t = Type::Q3_K;
+    } else if (r == Recipe::q3_k_m) {
+      t = Type::Q4_K;
+    } else if (r == Recipe::q3_k_l) {
+      t = Type::Q5_K;
+    }
+    return t;
+  }
+  return t;
+}
+
+// Tensors that are never converted (llama.cpp's rules): vectors, routers, conv kernels, norms.
+bool keeps_type(const std::string& name, const std::vector<int64_t>& ne) {
+  size_t dims = ne.size();
+  while (dims > 1 && ne[dims - 1] == 1) --dims;
+  if (dims < 2) return true;
+  if (!ends_with(name, "weight")) return true;
+  return contains(name, "_norm.weight") || contains(name, "ffn_gate_inp") || contains(name, "ssm_conv1d");
+}
+
 }  // namespace
 
 QuantizePlan parse_quantize_plan(const std::string& name) {
   std::string n = name;
   for (auto& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool upper = std::any_of(name.begin(), name.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); }) &&
+                     std::none_of(name.begin(), name.end(), [](char c) { return std::islower(static_cast<unsigned char>(c)); });
+  struct Named { const char* name; Type base; Recipe recipe; };
+  static const Named kRecipes[] = {
+      {"q3_k_s", Type::Q3_K, Recipe::q3_k_s}, {"q3_k_m", Type::Q3_K, Recipe::q3_k_m},
+      {"q3_k_l", Type::Q3_K, Recipe::q3_k_l}, {"q4_k_s", Type::Q4_K, Recipe::q4_k_s},
+      {"q4_k_m", Type::Q4_K, Recipe::q4_k_m}, {"q5_k_s", Type::Q5_K, Recipe::q5_k_s},
+      {"q5_k_m", Type::Q5_K, Recipe::q5_k_m},
+  };
   QuantizePlan p;
-  if (n.size() > 2 && (ends_with(n, "_m") || ends_with(n, "_s")) && n.find("_k") != std::string::npos) {
-    p.k_mix = ends_with(n, "_m");
-    n = n.substr(0, n.size() - 2);
+  for (const Named& r : kRecipes) {
+    if (n == r.name) {
+      p.base = r.base;
+      p.recipe = r.recipe;
+      return p;
+    }
   }
   auto t = parse_type(n);
   if (!t || !info(*t).weight_type || *t == Type::Q8_K || *t == Type::Q8_1) {
-    throw Error(strfmt("unknown or unsupported target type '%s' (try q4_k_m, q4_K, q5_K, q6_K, q8_0, f16)",
-                       name.c_str()));
+    throw Error(strfmt("unknown or unsupported target '%s' (a type such as q4_K, iq4_xs, q8_0, f16; a recipe such as "
+                       "q4_k_m, Q3_K_M; or a llama.cpp ftype name in upper case such as Q2_K)", name.c_str()));
   }
   p.base = *t;
+  if (upper) {  // llama.cpp's ftype of that name
+    switch (*t) {
+      case Type::Q2_K: p.recipe = Recipe::q2_k; break;
+      case Type::Q3_K: p.recipe = Recipe::q3_k_m; break;  // llama-quantize has no plain Q3_K; Q3_K means Q3_K_M
+      case Type::Q4_K: p.recipe = Recipe::q4_k_m; break;  // likewise
+      case Type::Q5_K: p.recipe = Recipe::q5_k_m; break;
+      case Type::Q6_K: p.recipe = Recipe::q6_k; break;
+      case Type::Q4_0: case Type::Q4_1: case Type::Q5_0: case Type::Q5_1: case Type::Q8_0: case Type::IQ4_NL:
+      case Type::IQ4_XS:
+        p.recipe = Recipe::legacy;
+        break;
+      default: break;  // F16, BF16, F32: every matrix converted
+    }
+  }
   return p;
+}
+
+void prepare_plan(QuantizePlan& plan, const gguf::File& f) {
+  const std::string arch = f.get_string("general.architecture", "");
+  const int64_t n_head = f.get_int(arch + ".attention.head_count", 1);
+  const int64_t n_head_kv = f.get_int(arch + ".attention.head_count_kv", n_head);
+  plan.n_gqa = n_head_kv > 0 ? static_cast<int>(n_head / n_head_kv) : 1;
+  plan.n_expert = static_cast<int>(f.get_int(arch + ".expert_count", 0));
+  plan.attn_v_index.clear();
+  plan.n_attn_v = 0;
+  for (const auto& t : f.tensors) {
+    if (category_of(t.name) == Category::attn_v && !keeps_type(t.name, t.ne)) plan.attn_v_index[t.name] = plan.n_attn_v++;
+  }
+  plan.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+}
+
+uint32_t plan_file_type(const QuantizePlan& p) {
+  switch (p.recipe) {
+    case Recipe::q2_k: return 10;
+    case Recipe::q3_k_s: return 11;
+    case Recipe::q3_k_m: return 12;
+    case Recipe::q3_k_l: return 13;
+    case Recipe::q4_k_s: return 14;
+    case Recipe::q4_k_m: return 15;
+    case Recipe::q5_k_s: return 16;
+    case Recipe::q5_k_m: return 17;
+    case Recipe::q6_k: return 18;
+    default: break;
+  }
+  switch (p.base) {
+    case Type::F32: return 0;
+    case Type::F16: return 1;
+    case Type::Q4_0: return 2;
+    case Type::Q4_1: return 3;
+    case Type::Q8_0: return 7;
+    case Type::Q5_0: return 8;
+    case Type::Q5_1: return 9;
+    case Type::Q2_K: return 10;
+    case Type::Q3_K: return 11;
+    case Type::Q4_K: return 14;
+    case Type::Q5_K: return 16;
+    case Type::Q6_K: return 18;
+    case Type::IQ4_NL: return 25;
+    case Type::IQ4_XS: return 30;
+    case Type::BF16: return 32;
+    default: return 0;
+  }
+}
+
+Type fitting_type(Type t, int64_t row_len) {
+  while (row_len % block_size(t) != 0) t = fallback(t);
+  return t;
 }
 
 Type planned_type(const QuantizePlan& plan, const std::string& name, const std::vector<int64_t>& ne, Type src,
                   int n_layer) {
-  if (auto it = plan.overrides.find(name); it != plan.overrides.end()) {
-    Type t = it->second;
-    while (ne[0] % block_size(t) != 0) t = fallback(t);
-    return t;
-  }
-  // Vectors, routers and the shared-expert gate keep their type.
-  if (ne.size() < 2) return src;
-  if (name.find("ffn_gate_inp") != std::string::npos) return src;
-  if (name.find("ssm_conv1d") != std::string::npos) return src;  // ggml's ssm_conv reads F32 only
-  Type t = plan.base;
-  if (plan.k_mix) {
-    const int il = layer_of(name);
-    const bool more_bits = il >= 0 && (il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2);
-    if (name == "output.weight") t = Type::Q6_K;
-    else if ((name.find("attn_v.weight") != std::string::npos || name.find("ffn_down") != std::string::npos) && more_bits) {
-      t = Type::Q6_K;
-    }
-  }
-  while (ne[0] % block_size(t) != 0) t = fallback(t);
-  return t;
+  if (auto it = plan.overrides.find(name); it != plan.overrides.end()) return fitting_type(it->second, ne[0]);
+  if (plan.keep_unlisted || keeps_type(name, ne)) return src;
+  return fitting_type(recipe_type(plan, name, ne[0], n_layer, plan.tied_embeddings), ne[0]);
 }
 
-void quantize_model(const std::string& in_path, const std::string& out_path, const QuantizePlan& plan,
-                    const std::function<void(uint64_t, uint64_t)>& progress) {
+void convert_rows(const uint8_t* src, Type src_type, Type dst, const std::vector<int64_t>& ne, int64_t row0,
+                  int64_t n_rows, void* out, const std::string& name, const ImportanceFn& importance, ThreadPool& pool) {
+  const int64_t row_len = ne[0];
+  const int64_t rows_per_matrix = ne.size() > 1 ? ne[1] : 1;
+  const size_t in_row = row_bytes(src_type, row_len);
+  const size_t out_row = row_bytes(dst, row_len);
+  pool.parallel_for(n_rows, 4, [&](int, int64_t r0, int64_t r1) {
+    std::vector<float> tmp(static_cast<size_t>(row_len)), scratch;
+    int cached_matrix = -1;
+    const float* imp = nullptr;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t global = row0 + r;
+      if (importance) {
+        const int m = static_cast<int>(global / rows_per_matrix);
+        if (m != cached_matrix) {
+          imp = importance(name, m, scratch);
+          cached_matrix = m;
+        }
+      }
+      dequantize_row(src_type, src + static_cast<size_t>(r) * in_row, tmp.data(), row_len);
+      quantize_row_ref(dst, tmp.data(), static_cast<uint8_t*>(out) + static_cast<size_t>(r) * out_row, row_len, imp);
+    }
+  });
+}
+
+void quantize_model(const std::string& in_path, const std::string& out_path, const QuantizePlan& plan_in,
+                    const std::function<void(uint64_t, uint64_t)>& progress, const ImportanceFn& importance) {
   const gguf::File in = gguf::read_file(in_path);
   const MappedFile map = MappedFile::open(in_path);
   const std::string arch = in.get_string("general.architecture", "");
   const int n_layer = static_cast<int>(in.get_int(arch + ".block_count", 0));
+  QuantizePlan plan = plan_in;
+  prepare_plan(plan, in);
+  plan.has_imatrix = plan.has_imatrix || static_cast<bool>(importance);
 
   gguf::Writer w;
   w.set_alignment(in.alignment);
+  std::map<std::string, bool> extra;
+  for (const auto& [k, v] : plan.extra_kv) extra[k] = true;
   for (const auto& [k, v] : in.kv) {
     if (k == "general.file_type" || k == "general.alignment" || k == "general.quantization_version") continue;
+    if (extra.count(k)) continue;  // replaced below
     w.add(k, v);
   }
   w.add_u32("general.quantization_version", 2);
+  w.add_u32("general.file_type", plan_file_type(plan));
+  for (const auto& [k, v] : plan.extra_kv) w.add(k, v);
 
   auto pool = std::make_shared<ThreadPool>(std::max(1, plan.n_threads));
   for (const auto& t : in.tensors) {
@@ -102,20 +284,21 @@ void quantize_model(const std::string& in_path, const std::string& out_path, con
       continue;
     }
     const int64_t row_len = t.ne[0];
-    const int64_t n_rows = t.n_elements() / row_len;
+    const size_t in_row = row_bytes(t.type, row_len);
+    const size_t out_row = row_bytes(dst, row_len);
     const Type src_type = t.type;
-    w.add_tensor(t.name, t.ne, dst, gguf::Writer::FillFn([=](void* out, uint64_t n_bytes) {
-      const size_t in_row = row_bytes(src_type, row_len);
-      const size_t out_row = row_bytes(dst, row_len);
-      LES_ASSERT(n_bytes == out_row * static_cast<size_t>(n_rows));
-      pool->parallel_for(n_rows, 4, [&](int, int64_t r0, int64_t r1) {
-        std::vector<float> tmp(static_cast<size_t>(row_len));
-        for (int64_t r = r0; r < r1; ++r) {
-          dequantize_row(src_type, src + static_cast<size_t>(r) * in_row, tmp.data(), row_len);
-          quantize_row_ref(dst, tmp.data(), static_cast<uint8_t*>(out) + static_cast<size_t>(r) * out_row, row_len);
-        }
-      });
-    }));
+    const std::vector<int64_t> ne = t.ne;
+    const std::string name = t.name;
+    // Written in pieces of whole rows: never more than one piece of one tensor in memory.
+    w.add_tensor(t.name, t.ne, dst,
+                 gguf::Writer::ChunkFillFn([=](void* out, uint64_t offset, uint64_t n_bytes) {
+                   LES_ASSERT(offset % out_row == 0 && n_bytes % out_row == 0);
+                   const int64_t row0 = static_cast<int64_t>(offset / out_row);
+                   const int64_t rows = static_cast<int64_t>(n_bytes / out_row);
+                   convert_rows(src + static_cast<size_t>(row0) * in_row, src_type, dst, ne, row0, rows, out, name,
+                                importance, *pool);
+                 }),
+                 out_row);
   }
   w.write(out_path, progress);
 }

@@ -1,6 +1,7 @@
 // A loaded model: configuration, tensor views, and the file image they point into.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,15 @@ class Model {
   // The pack metadata of a packed file (les pack), checked at load; nullptr for an original GGUF.
   const pack::PackInfo* packed() const { return pack_ ? &*pack_ : nullptr; }
 
+  // In-memory weight replacement (sensitivity measurement, tests; model_override.cpp). Replaces the
+  // data of weight tensor `name` (a matrix or a routed-expert stack of an unpacked file loaded with
+  // mapped experts) by `bytes` of type `t` and the same shape; every view of it (tied output, MTP
+  // head) follows. Throws les::Error for an unknown or non-matrix tensor, a type whose block does
+  // not divide the row, or a wrong byte count. Not thread-safe against a running Context.
+  void replace_tensor(const std::string& name, Type t, std::vector<uint8_t> bytes);
+  // Undoes replace_tensor(name): the file's data again (no-op if not replaced).
+  void restore_tensor(const std::string& name);
+
  private:
   Model() = default;
   std::string path_;
@@ -51,6 +61,7 @@ class Model {
   MappedFile file_;                 // resident mode
   std::vector<uint8_t> dense_arena_; // streaming mode: dense tensors, 64-byte aligned each
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors
+  std::map<std::string, std::vector<uint8_t>> replaced_;  // replace_tensor's buffers
   uint64_t dense_bytes_ = 0;
   uint64_t expert_bytes_ = 0;
 

@@ -19,26 +19,6 @@ namespace les::synth {
 
 namespace {
 
-// llama.cpp's llama_ftype for general.file_type.
-uint32_t file_type(const QuantizePlan& p) {
-  switch (p.base) {
-    case Type::F32: return 0;
-    case Type::F16: return 1;
-    case Type::Q4_0: return 2;
-    case Type::Q4_1: return 3;
-    case Type::Q8_0: return 7;
-    case Type::Q5_0: return 8;
-    case Type::Q5_1: return 9;
-    case Type::Q2_K: return 10;
-    case Type::Q3_K: return p.k_mix ? 12 : 11;
-    case Type::Q4_K: return p.k_mix ? 15 : 14;
-    case Type::Q5_K: return p.k_mix ? 17 : 16;
-    case Type::Q6_K: return 18;
-    case Type::BF16: return 32;
-    default: return 0;
-  }
-}
-
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 class Builder {
@@ -67,7 +47,7 @@ class Builder {
     const std::string p = std::string(arch_name(s_.arch)) + ".";
     w_.add_string("general.architecture", arch_name(s_.arch));
     w_.add_string("general.name", s_.name);
-    w_.add_u32("general.file_type", file_type(plan_));
+    w_.add_u32("general.file_type", plan_file_type(plan_));
     w_.add_u32("general.quantization_version", 2);
     w_.add_u32(p + "block_count", static_cast<uint32_t>(s_.n_layer + s_.n_mtp));
     if (s_.n_mtp > 0) w_.add_u32(p + "nextn_predict_layers", static_cast<uint32_t>(s_.n_mtp));

@@ -1,0 +1,175 @@
+#include "les/mixed/sensitivity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "les/quality/perplexity.h"
+#include "les/quant/kernels.h"
+#include "les/util/error.h"
+#include "les/util/mapped_file.h"
+
+namespace les::mixed {
+
+double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
+                         const ImportanceFn& importance, ThreadPool& pool) {
+  const int64_t row_len = t.ne[0];
+  const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
+  const int64_t rows_per_matrix = t.ne.size() > 1 ? t.ne[1] : 1;
+  const int64_t n = std::min<int64_t>(n_rows, std::max(1, sample_rows));
+  const size_t in_row = row_bytes(t.src_type, row_len);
+  const size_t q_row = row_bytes(dst, row_len);
+  std::vector<double> err(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+  pool.parallel_for(n, 4, [&](int, int64_t i0, int64_t i1) {
+    std::vector<float> x(static_cast<size_t>(row_len)), y(static_cast<size_t>(row_len)), scratch;
+    std::vector<uint8_t> q(q_row);
+    for (int64_t i = i0; i < i1; ++i) {
+      // Rows spread evenly over the tensor (and so over its experts).
+      const int64_t r = n == n_rows ? i : (i * n_rows + n_rows / 2) / n;
+      dequantize_row(t.src_type, src + static_cast<size_t>(r) * in_row, x.data(), row_len);
+      const float* imp = importance ? importance(t.name, static_cast<int>(r / rows_per_matrix), scratch) : nullptr;
+      quantize_row_ref(dst, x.data(), q.data(), row_len, imp);
+      dequantize_row(dst, q.data(), y.data(), row_len);
+      double e = 0, s = 0;
+      for (int64_t j = 0; j < row_len; ++j) {
+        const double w = imp ? imp[j] : 1.0;
+        const double d = static_cast<double>(x[static_cast<size_t>(j)]) - y[static_cast<size_t>(j)];
+        e += w * d * d;
+        s += w * static_cast<double>(x[static_cast<size_t>(j)]) * x[static_cast<size_t>(j)];
+      }
+      err[static_cast<size_t>(i)] = e;
+      ref[static_cast<size_t>(i)] = s;
+    }
+  });
+  double e = 0, s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    e += err[static_cast<size_t>(i)];
+    s += ref[static_cast<size_t>(i)];
+  }
+  return s > 0 ? e / s : 0.0;
+}
+
+namespace {
+
+// Candidate types of a group: those les runs that fit its rows and have fewer bits per weight than
+// its source; then the source itself (keep).
+std::vector<CandidateResult> candidates_of(const TensorGroup& g, const SensitivityOptions& opt) {
+  std::vector<CandidateResult> out;
+  const double src_bpw = g.src_bpw();
+  for (Type t : weight_types()) {
+    if (!opt.candidates.empty() && std::find(opt.candidates.begin(), opt.candidates.end(), t) == opt.candidates.end()) {
+      continue;
+    }
+    if (!g.fits(t) || type_bpw(t) >= src_bpw) continue;
+    CandidateResult c;
+    c.type = t;
+    c.bytes = g.bytes(t);
+    out.push_back(c);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const CandidateResult& a, const CandidateResult& b) { return a.bytes < b.bytes; });
+  CandidateResult keep;
+  keep.type = g.tensors.front().src_type;
+  keep.keep = true;
+  keep.bytes = g.src_bytes();
+  keep.measured = true;
+  out.push_back(keep);
+  return out;
+}
+
+}  // namespace
+
+SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> calib_tokens,
+                                      const std::vector<TensorGroup>& groups, const ImportanceFn& importance,
+                                      const SensitivityOptions& opt, const SensitivityProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const gguf::File& f = model.gguf();
+  const MappedFile map = MappedFile::open(model.path());
+  const int n_vocab = model.config().n_vocab;
+  ThreadPool pool(std::max(1, opt.n_threads));
+
+  quality::WindowOptions wo;
+  wo.n_ctx = opt.n_ctx;
+  wo.first = 0;
+  wo.max_windows = opt.n_windows;
+  wo.n_threads = opt.n_threads;
+  if (static_cast<int64_t>(calib_tokens.size()) < opt.n_ctx) {
+    throw Error(strfmt("calibration text has %zu tokens, fewer than one window of %d", calib_tokens.size(), opt.n_ctx));
+  }
+
+  // The base model's logits at every scored calibration position.
+  std::vector<float> base;
+  std::vector<int32_t> next;
+  quality::eval_windows(model, calib_tokens, wo, [&](int, int, int32_t tok, const float* logits) {
+    base.insert(base.end(), logits, logits + n_vocab);
+    next.push_back(tok);
+  });
+  SensitivityReport rep;
+  rep.n_tokens = static_cast<int>(next.size());
+
+  // Weighted errors and the candidates worth measuring.
+  for (const TensorGroup& g : groups) {
+    GroupSensitivity gs;
+    gs.group = g;
+    gs.candidates = candidates_of(g, opt);
+    for (CandidateResult& c : gs.candidates) {
+      if (c.keep) continue;
+      double e = 0, w = 0;
+      for (const GroupTensor& t : g.tensors) {
+        const gguf::TensorInfo* ti = f.find_tensor(t.name);
+        LES_ASSERT(ti != nullptr);
+        const double share = static_cast<double>(t.n_elements);
+        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool);
+        w += share;
+      }
+      c.rel_error = w > 0 ? e / w : 0;
+    }
+    if (opt.prune_dominated) {
+      double best = INFINITY;
+      std::vector<CandidateResult> kept;
+      for (const CandidateResult& c : gs.candidates) {
+        if (c.keep || c.rel_error < best) {
+          kept.push_back(c);
+          best = std::min(best, c.rel_error);
+        }
+      }
+      gs.candidates = std::move(kept);
+    }
+    rep.groups.push_back(std::move(gs));
+  }
+
+  int total = 0;
+  for (const auto& gs : rep.groups) {
+    for (const auto& c : gs.candidates) total += c.keep ? 0 : 1;
+  }
+  int done = 0;
+  for (GroupSensitivity& gs : rep.groups) {
+    for (CandidateResult& c : gs.candidates) {
+      if (c.keep) continue;
+      if (progress) progress(done, total, gs.group.id() + " as " + type_name(c.type));
+      for (const GroupTensor& t : gs.group.tensors) {
+        const gguf::TensorInfo* ti = f.find_tensor(t.name);
+        const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(t.ne[0]));
+        std::vector<uint8_t> q(row_bytes(c.type, t.ne[0]) * static_cast<size_t>(n_rows));
+        convert_rows(map.data() + f.data_offset + ti->offset, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name,
+                     importance, pool);
+        model.replace_tensor(t.name, c.type, std::move(q));
+      }
+      double sum = 0;
+      size_t i = 0;
+      quality::eval_windows(model, calib_tokens, wo, [&](int, int, int32_t tok, const float* logits) {
+        sum += quality::compare_logits(base.data() + i * static_cast<size_t>(n_vocab), logits, n_vocab, tok).kld;
+        ++i;
+      });
+      for (const GroupTensor& t : gs.group.tensors) model.restore_tensor(t.name);
+      c.dkld = i > 0 ? sum / static_cast<double>(i) : 0;
+      c.measured = true;
+      ++done;
+    }
+  }
+  if (progress) progress(done, total, "done");
+  rep.n_measurements = done;
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace les::mixed

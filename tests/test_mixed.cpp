@@ -1,0 +1,294 @@
+// Mixed-precision allocation (src/les/mixed): the knapsack against brute force, tensor groups, in-memory
+// weight replacement, size targets, recipes in metadata, llama.cpp's recipe sizes, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "les/convert/quantize_model.h"
+#include "les/mixed/allocate.h"
+#include "les/mixed/mixed_plan.h"
+#include "les/mixed/tensor_groups.h"
+#include "les/model/context.h"
+#include "les/synth/synth.h"
+#include "les/util/hash.h"
+#include "model_edit.h"
+#include "test_util.h"
+
+namespace les::test {
+namespace {
+
+using mixed::AllocItem;
+using mixed::AllocOption;
+
+// Exhaustive optimum (least dkld, cost <= budget); inf when infeasible.
+double brute_force(const std::vector<AllocItem>& items, double budget) {
+  double best = INFINITY;
+  std::vector<size_t> idx(items.size(), 0);
+  while (true) {
+    double c = 0, d = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      c += items[i].options[idx[i]].cost;
+      d += items[i].options[idx[i]].dkld;
+    }
+    if (c <= budget) best = std::min(best, d);
+    size_t i = 0;
+    while (i < items.size() && ++idx[i] == items[i].options.size()) idx[i++] = 0;
+    if (i == items.size()) break;
+  }
+  return best;
+}
+
+TEST(MixedAllocate, MatchesBruteForceWithinRounding) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<AllocItem> items(2 + trial % 5);
+    double min_c = 0, max_c = 0;
+    for (auto& it : items) {
+      const int n = 2 + static_cast<int>(rng() % 4);
+      double lo = INFINITY, hi = 0;
+      for (int k = 0; k < n; ++k) {
+        it.options.push_back(AllocOption{1 + 100 * u(rng), u(rng)});
+        lo = std::min(lo, it.options.back().cost);
+        hi = std::max(hi, it.options.back().cost);
+      }
+      min_c += lo;
+      max_c += hi;
+    }
+    const double budget = min_c + (max_c - min_c) * u(rng);
+    const int res = 20000;
+    const mixed::AllocResult r = mixed::allocate(items, budget, res);
+    EXPECT_LE(r.cost, budget * (1 + 1e-12));
+    // Optimal for the budget less the rounding of each item (costs round up to budget/res).
+    const double opt_tight = brute_force(items, budget - static_cast<double>(items.size()) * budget / res);
+    const double opt = brute_force(items, budget);
+    EXPECT_LE(r.dkld, opt_tight + 1e-12) << "trial " << trial;
+    EXPECT_GE(r.dkld, opt - 1e-12) << "trial " << trial;
+    double d = 0;
+    for (size_t i = 0; i < items.size(); ++i) d += items[i].options[static_cast<size_t>(r.choice[i])].dkld;
+    EXPECT_NEAR(d, r.dkld, 1e-12);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 200);
+}
+
+TEST(MixedAllocate, BudgetBelowTheCheapestIsAnError) {
+  std::vector<AllocItem> items(2);
+  items[0].options = {{10, 1}, {20, 0}};
+  items[1].options = {{5, 1}, {7, 0}};
+  const std::string e = error_of([&] { mixed::allocate(items, 14.0); });
+  EXPECT_NE(e.find("below the smallest possible allocation"), std::string::npos) << e;
+  EXPECT_NE(e.find("15"), std::string::npos) << e;
+}
+
+TEST(MixedGroups, EveryMatrixOfTheTrainedModelIsInExactlyOneGroup) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  const gguf::File f = gguf::read_file(tiny_moe_path());
+  const auto groups = mixed::tensor_groups(f);
+  std::map<std::string, int> seen;
+  int expert_groups = 0;
+  for (const auto& g : groups) {
+    for (const auto& t : g.tensors) ++seen[t.name];
+    if (g.routed_experts) ++expert_groups;
+    if (g.kind == "ffn_gate_up") {
+      EXPECT_EQ(g.tensors.size(), 2u) << g.id();
+    }
+  }
+  EXPECT_EQ(expert_groups, 16);  // gate+up and down of 8 layers
+  // 8 layers x (q, k, v, o, router, gate+up, down) + token_embd + output
+  EXPECT_EQ(groups.size(), 8u * 7 + 2);
+  for (const auto& t : f.tensors) {
+    const bool matrix = t.ne.size() >= 2 && t.ne[1] > 1;
+    EXPECT_EQ(seen.count(t.name) ? seen[t.name] : 0, matrix ? 1 : 0) << t.name;
+  }
+}
+
+// A small F16 qwen3moe model whose rows fit the K-quants (256 wide).
+std::string k_quant_synth(const ScopedDir& d, const std::string& name) {
+  synth::SynthSpec s = synth::shape_spec("tiny");
+  s.n_layer = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_expert = 4;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_vocab = 300;
+  s.n_ctx = 64;
+  s.type = "f16";
+  const std::string p = d.file(name);
+  synth::write_synth_model(s, p);
+  return p;
+}
+
+std::vector<int32_t> calib_tokens(int n, int n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+  return t;
+}
+
+uint64_t logits_hash(const Model& m, const std::vector<int32_t>& toks) {
+  ContextParams cp;
+  cp.n_ctx = 64;
+  Context ctx(m, cp);
+  ctx.eval(toks, true);
+  uint64_t h = 0;
+  for (int i = 0; i < ctx.n_outputs(); ++i) h ^= hash64(ctx.logits(i), sizeof(float) * static_cast<size_t>(m.config().n_vocab)) + i;
+  return h;
+}
+
+TEST(ModelReplace, ReplacedTensorChangesLogitsAndRestoreIsBitIdentical) {
+  ScopedDir d;
+  const std::string path = k_quant_synth(d, "m.gguf");
+  auto m = Model::load(path);
+  const auto toks = calib_tokens(32, m->config().n_vocab, 3);
+  const uint64_t h0 = logits_hash(*m, toks);
+  const gguf::TensorInfo* t = m->gguf().find_tensor("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(t, nullptr);
+  const int64_t rows = t->n_elements() / t->ne[0];
+  std::vector<uint8_t> q(row_bytes(Type::Q2_K, t->ne[0]) * static_cast<size_t>(rows));
+  const MappedFile map = MappedFile::open(path);
+  ThreadPool pool(1);
+  convert_rows(map.data() + m->gguf().data_offset + t->offset, t->type, Type::Q2_K, t->ne, 0, rows, q.data(), t->name,
+               {}, pool);
+  m->replace_tensor(t->name, Type::Q2_K, q);
+  EXPECT_EQ(m->weights().layers[1].down.type, Type::Q2_K);
+  EXPECT_NE(logits_hash(*m, toks), h0);
+  // The same bytes again (replacing a replacement) give the same logits.
+  const uint64_t h1 = logits_hash(*m, toks);
+  m->replace_tensor(t->name, Type::Q2_K, q);
+  EXPECT_EQ(logits_hash(*m, toks), h1);
+  m->restore_tensor(t->name);
+  EXPECT_EQ(m->weights().layers[1].down.type, Type::F16);
+  EXPECT_EQ(logits_hash(*m, toks), h0);
+  // Bad replacements are refused with the tensor named.
+  EXPECT_NE(error_of([&] { m->replace_tensor("nope.weight", Type::Q2_K, q); }).find("nope.weight"), std::string::npos);
+  EXPECT_NE(error_of([&] { m->replace_tensor(t->name, Type::Q2_K, std::vector<uint8_t>(10)); }).find("bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m->replace_tensor("blk.0.attn_norm.weight", Type::F32, std::vector<uint8_t>(1024)); })
+                .find("not a matrix"),
+            std::string::npos);
+}
+
+TEST(MixedQuantize, HitsTheSizeTargetAndStoresTheRecipe) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  const gguf::File f = gguf::read_file(in);
+  mixed::MixedOptions mo;
+  mo.calib_tokens = calib_tokens(128, 300, 5);
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 2;
+  mo.sensitivity.n_threads = 2;
+  mo.target_bytes = f.file_size * 45 / 100;
+  const mixed::MixedRecipe r = mixed::plan_mixed(in, mo);
+  EXPECT_LE(r.predicted_bytes, mo.target_bytes);
+  EXPECT_GT(r.measurements, 20);
+  QuantizePlan plan = mixed::plan_from_recipe(r, f, 2);
+  const std::string out = d.file("out.gguf");
+  quantize_model(in, out, plan);
+  const gguf::File o = gguf::read_file(out);
+  // Within 1% of the target, never above it.
+  EXPECT_LE(o.file_size, mo.target_bytes);
+  EXPECT_GE(static_cast<double>(o.file_size), 0.99 * static_cast<double>(mo.target_bytes));
+  EXPECT_LE(o.file_size, r.predicted_bytes);
+  // The recipe round-trips through the metadata, and the file's types are the recipe's.
+  const mixed::MixedRecipe back = mixed::recipe_from_gguf(o);
+  ASSERT_EQ(back.entries.size(), r.entries.size());
+  EXPECT_EQ(back.target_bytes, r.target_bytes);
+  EXPECT_DOUBLE_EQ(back.predicted_kld, r.predicted_kld);
+  std::set<Type> used;
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    EXPECT_EQ(back.entries[i].group, r.entries[i].group);
+    EXPECT_EQ(back.entries[i].type, r.entries[i].type);
+    EXPECT_EQ(back.entries[i].keep, r.entries[i].keep);
+    EXPECT_EQ(back.entries[i].bytes, r.entries[i].bytes);
+    used.insert(r.entries[i].type);
+  }
+  EXPECT_GE(used.size(), 2u) << "a mixed allocation at 45% of F16 uses several types";
+  for (const auto& g : mixed::tensor_groups(o)) {
+    const auto& e = *std::find_if(back.entries.begin(), back.entries.end(), [&](auto& x) { return x.group == g.id(); });
+    for (const auto& t : g.tensors) EXPECT_EQ(t.src_type, e.type) << t.name;
+  }
+  // The output loads and runs.
+  auto m = Model::load(out);
+  EXPECT_NE(logits_hash(*m, mo.calib_tokens), 0u);
+}
+
+TEST(MixedQuantize, BadTargetsAreClearErrorsAndWriteNothing) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  const gguf::File f = gguf::read_file(in);
+  mixed::MixedOptions mo;
+  mo.calib_tokens = calib_tokens(128, 300, 5);
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 1;
+  mo.target_bytes = f.file_size / 20;  // below Q2_K everywhere
+  EXPECT_NE(error_of([&] { mixed::plan_mixed(in, mo); }).find("below the smallest file"), std::string::npos);
+  mo.target_bytes = f.file_size + 1;  // the source is already below the target
+  EXPECT_NE(error_of([&] { mixed::plan_mixed(in, mo); }).find("already"), std::string::npos);
+  mo.target_bytes = f.file_size / 2;
+  mo.calib_tokens.resize(10);  // less than one window
+  EXPECT_NE(error_of([&] { mixed::plan_mixed(in, mo); }).find("window"), std::string::npos);
+  // A packed input is refused.
+  EXPECT_FALSE(file_exists(d.file("out.gguf")));
+}
+
+// Bytes of a file quantized by `plan` (tensor data, aligned) without writing it.
+uint64_t planned_data_bytes(const gguf::File& f, QuantizePlan plan) {
+  prepare_plan(plan, f);
+  const int n_layer = static_cast<int>(f.get_int(f.get_string("general.architecture", "") + ".block_count", 0));
+  uint64_t b = 0;
+  for (const auto& t : f.tensors) {
+    const Type ty = planned_type(plan, t.name, t.ne, t.type, n_layer);
+    b += (row_bytes(ty, t.ne[0]) * static_cast<uint64_t>(t.n_elements() / t.ne[0]) + f.alignment - 1) / f.alignment *
+         f.alignment;
+  }
+  return b;
+}
+
+TEST(Recipes, LlamaCppRecipeSizesOnTheTrainedModel) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  const gguf::File f = gguf::read_file(tiny_moe_path());
+  // llama-quantize's file sizes for this model (the table); the header differs by a few
+  // hundred bytes of metadata at most.
+  const std::pair<const char*, uint64_t> want[] = {
+      {"Q2_K", 24199104}, {"Q3_K_M", 30104640}, {"Q4_K_M", 38108864}, {"Q5_K_M", 43263680}};
+  for (const auto& [name, bytes] : want) {
+    const uint64_t data = planned_data_bytes(f, parse_quantize_plan(name));
+    const uint64_t header = f.data_offset;
+    EXPECT_NEAR(static_cast<double>(data + header), static_cast<double>(bytes), 1024.0) << name;
+  }
+  // Lower-case type names stay pure; upper-case ftype names are recipes.
+  EXPECT_EQ(parse_quantize_plan("q2_K").recipe, Recipe::pure);
+  EXPECT_EQ(parse_quantize_plan("Q2_K").recipe, Recipe::q2_k);
+  EXPECT_EQ(parse_quantize_plan("q3_k_m").recipe, Recipe::q3_k_m);
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+TEST(MixedQuantizeCli, MissingOrBadInputIsAClearErrorAndWritesNothing) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  const std::string out = d.file("out.gguf");
+  std::string err;
+  EXPECT_EQ(run_les("quantize '" + in + "' '" + out + "' --target-size 1M", &err), 1);
+  EXPECT_NE(err.find("calibration text"), std::string::npos) << err;
+  EXPECT_EQ(run_les("quantize '" + in + "' '" + out + "' --target-size 1M --calib '" + d.file("none.txt") + "'", &err), 1);
+  EXPECT_NE(err.find("none.txt"), std::string::npos) << err;
+  EXPECT_EQ(run_les("quantize '" + in + "' '" + out + "' --target-size 1K --calib '" + in + "'", &err), 1);
+  EXPECT_NE(err.find("below"), std::string::npos) << err;
+  EXPECT_EQ(run_les("quantize '" + in + "' '" + out + "' q4_K --calib '" + in + "'", &err), 1);
+  EXPECT_NE(err.find("--calib is for mixed precision"), std::string::npos) << err;
+  EXPECT_FALSE(file_exists(out));
+}
+
+}  // namespace
+}  // namespace les::test
