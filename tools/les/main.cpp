@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"quantize", les::cli::cmd_quantize, "convert a model's weights to another tensor type"},
     {"pack", les::cli::cmd_pack, "repack experts as one 4 KiB-aligned extent each (one read per expert)"},
     {"verify", les::cli::cmd_verify, "check a packed model's structure and every expert's checksum"},
+    {"imatrix", les::cli::cmd_imatrix, "compute an importance matrix over a text (llama.cpp's imatrix format)"},
 };
 
 void print_usage() {

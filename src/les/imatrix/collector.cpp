@@ -82,4 +82,23 @@ ImportanceMatrix ImatrixCollector::result(int chunk_size, std::vector<std::strin
   return m;
 }
 
+std::vector<std::vector<int32_t>> imatrix_chunks(const std::vector<int32_t>& tokens, int chunk_tokens, int n_chunks,
+                                                 int32_t bos) {
+  if (chunk_tokens < 1) throw Error(strfmt("chunk size %d must be >= 1", chunk_tokens));
+  const size_t n = static_cast<size_t>(chunk_tokens);
+  if (tokens.size() < n) {
+    throw Error(strfmt("the text has %zu tokens, fewer than one chunk of %d (use a longer text or a smaller -c)",
+                       tokens.size(), chunk_tokens));
+  }
+  size_t count = tokens.size() / n;
+  if (n_chunks >= 0) count = std::min(count, static_cast<size_t>(n_chunks));
+  std::vector<std::vector<int32_t>> chunks;
+  for (size_t c = 0; c < count; ++c) {
+    chunks.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(c * n),
+                        tokens.begin() + static_cast<std::ptrdiff_t>((c + 1) * n));
+    if (bos >= 0) chunks.back()[0] = bos;
+  }
+  return chunks;
+}
+
 }  // namespace les

@@ -58,4 +58,11 @@ class ImatrixCollector {
   std::map<std::string, Accum> acc_;
 };
 
+// llama-imatrix's evaluation chunks: the first n_chunks (all when < 0) consecutive windows of
+// chunk_tokens tokens of the whole text's tokens (a partial last window is dropped), each to be
+// evaluated from an empty context; bos >= 0 replaces each window's first token (a vocabulary that
+// adds BOS). Throws les::Error when the tokens do not fill one window.
+std::vector<std::vector<int32_t>> imatrix_chunks(const std::vector<int32_t>& tokens, int chunk_tokens, int n_chunks,
+                                                 int32_t bos);
+
 }  // namespace les
