@@ -608,14 +608,31 @@ TEST(ImatrixCheck, RejectsAMatrixMadeForAnotherModel) {
   ImportanceMatrix missing = m;
   missing.entries.erase("blk.1.ffn_up_exps.weight");
   EXPECT_TRUE(contains(error_of([&] { check_imatrix_matches(missing, fa); }), "'blk.1.ffn_up_exps.weight'"));
+  // A flat stack (one matrix of n_expert x n_in values, as llama-imatrix writes after reading a legacy
+  // file) is accepted, as llama-quantize does, and fit_imatrix_to_model splits it; a flat entry of
+  // another size is not.
   ImportanceMatrix flat = m;
   ImatrixEntry& e = flat.entries.at("blk.0.ffn_gate_exps.weight");
+  const int64_t n_expert = e.n_mat;
   e.n_in *= e.n_mat;
   e.n_mat = 1;
-  e.counts.resize(1);
-  EXPECT_TRUE(contains(error_of([&] { check_imatrix_matches(flat, fa); }), "blk.0.ffn_gate_exps.weight"));
-  flat.legacy = true;  // a legacy file's flat stack is what llama-quantize accepts
+  e.counts.assign(1, 100.0f);
   EXPECT_NO_THROW(check_imatrix_matches(flat, fa));
+  std::vector<float> s;
+  EXPECT_TRUE(contains(error_of([&] { flat.column_weights("blk.0.ffn_gate_exps.weight", 1, s); }), "fit_imatrix_to_model"));
+  fit_imatrix_to_model(flat, fa);
+  EXPECT_EQ(flat.entries.at("blk.0.ffn_gate_exps.weight").n_mat, n_expert);
+  EXPECT_EQ(flat.entries.at("blk.0.ffn_gate_exps.weight").counts, std::vector<float>(size_t(n_expert), 100.0f));
+  const float* w = flat.column_weights("blk.0.ffn_gate_exps.weight", 1, s);
+  ASSERT_NE(w, nullptr);
+  EXPECT_FLOAT_EQ(w[3], m.entries.at("blk.0.ffn_gate_exps.weight").in_sum2[32 + 3] / 100.0f);
+  ImportanceMatrix short_flat = m;
+  ImatrixEntry& sf = short_flat.entries.at("blk.1.ffn_up_exps.weight");
+  sf.n_in = sf.n_in * sf.n_mat - 32;
+  sf.n_mat = 1;
+  sf.in_sum2.resize(static_cast<size_t>(sf.n_in));
+  sf.counts.resize(1);
+  EXPECT_TRUE(contains(error_of([&] { check_imatrix_matches(short_flat, fa); }), "blk.1.ffn_up_exps.weight"));
 }
 
 TEST(ImatrixCollect, MergeAddsFilesLikeLlamaImatrix) {

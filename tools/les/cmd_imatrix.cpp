@@ -1,5 +1,6 @@
 // `les imatrix`: an importance matrix of a model over a text, in llama.cpp's GGUF imatrix form.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,10 @@ std::string read_text(const std::string& path) {
 
 // Fails now, not after the collection, when the output's directory cannot take a new file.
 void check_writable(const std::string& out) {
+  struct stat st {};
+  if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw Error(strfmt("cannot write the output '%s': it is a directory", out.c_str()));
+  }
   const size_t slash = out.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   std::string probe = dir + "/.les-imatrix-XXXXXX";
@@ -97,6 +102,7 @@ int cmd_imatrix(int argc, char** argv) {
   if (a.has("--chunks") && max_chunks < 1) throw Error("--chunks must be >= 1");
   if (!a.has("--file") && in_files.empty()) throw Error("give a text with -f FILE (or --in-file files to combine)");
   check_writable(out);
+  const std::string text = a.has("--file") ? read_text(a.str("--file")) : std::string();
 
   const bool streaming = a.has("--mem");
   auto model = Model::load(a.required("--model"), LoadOptions{.map_experts = !streaming});
@@ -118,7 +124,6 @@ int cmd_imatrix(int argc, char** argv) {
 
   if (a.has("--file")) {
     const std::string text_path = a.str("--file");
-    const std::string text = read_text(text_path);
     Tokenizer tok(vocab_from_gguf(model->gguf()));
     const std::vector<int32_t> tokens = tok.encode(text, true, a.has("--parse-special"));
     const std::vector<std::vector<int32_t>> chunks =

@@ -13,7 +13,8 @@
 // Legacy .dat form (read only): int32 n_entries; per entry int32 name length, name, int32 ncall,
 //   int32 nval, float[nval] = (in_sum2 / count) * ncall; then optionally int32 chunk count, int32
 //   length and the dataset name. A 3-D tensor's entry is flat there ([n_expert * n_in] values, one
-//   ncall): fit_imatrix_to_model() splits it per expert.
+//   ncall), and stays flat in a GGUF file that llama-imatrix converted from it: fit_imatrix_to_model()
+//   splits such entries per expert.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,8 @@ struct ImportanceMatrix {
 
   // Mean squared activation of each input column for matrix `expert` of tensor `name` (expert 0 for
   // a 2-D tensor): [n_in] floats (in scratch), or nullptr when the tensor is absent or that matrix was
-  // never used. Throws les::Error for expert > 0 of a flat legacy entry.
+  // never used. Throws les::Error for expert > 0 of a single-matrix entry (a flat entry of an expert
+  // stack that fit_imatrix_to_model() has not split).
   const float* column_weights(const std::string& name, int expert, std::vector<float>& scratch) const;
 };
 
@@ -56,14 +58,14 @@ ImportanceMatrix read_imatrix(const std::string& path);
 // whose sizes disagree or a file that cannot be written.
 void write_imatrix(const ImportanceMatrix& m, const std::string& path);
 
-// Splits flat legacy entries of the model's 3-D (expert stack) tensors into [n_expert][n_in], each
-// matrix with the entry's count. No effect on other entries or on a GGUF-form matrix.
+// Splits flat entries (one matrix of n_expert * ne[0] values) of the model's 3-D expert stacks into
+// [n_expert][ne[0]], each matrix with the entry's count. Other entries are left as they are.
 void fit_imatrix_to_model(ImportanceMatrix& m, const gguf::File& model);
 
 // Throws les::Error naming the first mismatch when the matrix was made for another model: an entry
 // naming a tensor the model does not have or whose shape differs ([n_in] x n_mat against the tensor's
-// ne[0] and expert count; a flat legacy entry of ne[0] * n_expert values is accepted, as
-// llama-quantize does), or a weight tensor of the model's trunk layers whose products llama-imatrix
+// ne[0] and expert count; a flat entry of ne[0] * n_expert values is accepted, as llama-quantize
+// does), or a weight tensor of the model's trunk layers whose products llama-imatrix
 // collects (attention and DeltaNet projections, router, experts, shared expert) with no entry.
 // A packed file's expert stacks count under their original ffn_{gate,up,down}_exps names.
 void check_imatrix_matches(const ImportanceMatrix& m, const gguf::File& model);

@@ -38,7 +38,6 @@ std::map<std::string, std::vector<int64_t>> model_tensor_shapes(const gguf::File
 }
 
 void fit_imatrix_to_model(ImportanceMatrix& m, const gguf::File& model) {
-  if (!m.legacy) return;
   const auto shapes = model_tensor_shapes(model);
   for (auto& [name, e] : m.entries) {
     const auto it = shapes.find(name);
@@ -63,8 +62,8 @@ void check_imatrix_matches(const ImportanceMatrix& m, const gguf::File& model) {
     }
     const int64_t n_in = n_in_of(it->second), n_mat = n_mat_of(it->second);
     const bool same = e.n_in == n_in && e.n_mat == n_mat;
-    const bool flat_legacy = m.legacy && e.n_mat == 1 && e.n_in == n_in * n_mat;
-    if (!same && !flat_legacy) {
+    const bool flat = e.n_mat == 1 && e.n_in == n_in * n_mat;
+    if (!same && !flat) {
       throw Error(strfmt("imatrix entry '%s' is %lld matrices of %lld input columns, but the model's tensor has shape "
                          "%s (%lld of %lld): made for another model?", name.c_str(), static_cast<long long>(e.n_mat),
                          static_cast<long long>(e.n_in), shape_str(it->second).c_str(),

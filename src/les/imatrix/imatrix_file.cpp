@@ -229,9 +229,9 @@ const float* ImportanceMatrix::column_weights(const std::string& name, int exper
   const auto it = entries.find(name);
   if (it == entries.end()) return nullptr;
   const ImatrixEntry& e = it->second;
-  if (legacy && e.n_mat == 1 && expert > 0) {
-    throw Error(strfmt("imatrix entry '%s' is a flat legacy entry: call fit_imatrix_to_model() before asking for "
-                       "expert %d", name.c_str(), expert));
+  if (e.n_mat == 1 && expert > 0) {
+    throw Error(strfmt("imatrix entry '%s' holds one matrix (a flat expert stack?): call fit_imatrix_to_model() "
+                       "before asking for expert %d", name.c_str(), expert));
   }
   if (expert < 0 || expert >= e.n_mat) return nullptr;
   const float c = e.counts[static_cast<size_t>(expert)];
