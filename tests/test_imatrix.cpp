@@ -677,7 +677,7 @@ TEST(ImatrixCollect, MergeAddsFilesLikeLlamaImatrix) {
 // the same entries, identical dense counts, expert counts identical except where a near-tie in the
 // router (top-k probability gap < 1e-4 in les) lets ggml's F16 activations pick the other expert,
 // column sums within what F16 activations explain.
-TEST(ImatrixVsLlamaCpp, AgreesWithLlamaImatrixOnTinyMoe) {
+TEST(ImatrixLlamaAgreement, TinyMoeMatchesLlamaImatrixFile) {
   const std::string ref_path = les::test::source_dir() + "/tests/data/tiny-moe-q3m.imatrix-4x512.gguf";
   const ImportanceMatrix ref = read_imatrix(ref_path);
   // The file's form, as llama.cpp wrote it.

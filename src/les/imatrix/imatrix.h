@@ -17,6 +17,7 @@
 //   splits such entries per expert.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -53,6 +54,8 @@ struct ImportanceMatrix {
 // file: sums without counts, a non-F32 tensor, sizes that do not divide, negative or non-finite
 // counts, non-finite sums, no entries.
 ImportanceMatrix read_imatrix(const std::string& path);
+// The same over the bytes [data, data + size) of a whole file; `what` names it in messages.
+ImportanceMatrix parse_imatrix(const uint8_t* data, size_t size, const std::string& what);
 
 // Writes the GGUF form atomically (temporary file, fsync, rename). Throws les::Error on an entry
 // whose sizes disagree or a file that cannot be written.

@@ -242,13 +242,15 @@ const float* ImportanceMatrix::column_weights(const std::string& name, int exper
   return scratch.data();
 }
 
+ImportanceMatrix parse_imatrix(const uint8_t* data, size_t size, const std::string& what) {
+  if (size < 4) throw Error(strfmt("%s: not an importance matrix: %zu bytes", what.c_str(), size));
+  if (std::memcmp(data, "GGUF", 4) == 0) return read_gguf_form(what, data, size);
+  return read_legacy_form(what, data, size);
+}
+
 ImportanceMatrix read_imatrix(const std::string& path) {
   const MappedFile file = MappedFile::open(path);
-  const uint8_t* d = file.data();
-  const size_t n = file.size();
-  if (n < 4) throw Error(strfmt("%s: not an importance matrix: %zu bytes", path.c_str(), n));
-  if (std::memcmp(d, "GGUF", 4) == 0) return read_gguf_form(path, d, n);
-  return read_legacy_form(path, d, n);
+  return parse_imatrix(file.data(), file.size(), path);
 }
 
 void write_imatrix(const ImportanceMatrix& m, const std::string& path) {
