@@ -515,6 +515,7 @@ TEST(ImatrixCollect, Qwen35MoeCoversEveryProductIncludingMtp) {
     for (float x : m.entries.at(b + "ffn_down_exps.weight").counts) routed += x;
     EXPECT_EQ(routed, float(n * c.n_expert_used));
   }
+  EXPECT_NO_THROW(check_imatrix_matches(m, model->gguf()));  // the MTP block needs no data
 
   // The MTP head reports its block (blk.N) and its own products.
   seen.clear();
@@ -530,6 +531,9 @@ TEST(ImatrixCollect, Qwen35MoeCoversEveryProductIncludingMtp) {
   if (!own_head) want_mtp.insert(model->gguf().find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
   EXPECT_EQ(seen, want_mtp);
   EXPECT_TRUE(want_mtp.count("blk." + std::to_string(c.n_layer) + ".nextn.eh_proj.weight"));
+  // With the MTP block's entries the matrix still matches the model.
+  EXPECT_NO_THROW(check_imatrix_matches(col.result(n, {}), model->gguf()));
+  EXPECT_GT(col.result(n, {}).entries.size(), m.entries.size());
 }
 
 // A dense FFN reports ffn_{gate,up,down}.weight as plain matrices (expert -1).
