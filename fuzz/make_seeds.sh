@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the committed seed corpora of fuzz/corpus/ (developer tool; CI uses the committed
 # files): small synthetic models for fuzz_gguf, the headers (bytes before the data section) of
-# small packed models for fuzz_pack, and short texts for fuzz_tokenizer (first byte: vocabulary
-# and flags, see fuzz_tokenizer.cpp). Needs a built ./build/les and python3.
+# small packed models for fuzz_pack, short texts for fuzz_tokenizer (first byte: vocabulary
+# and flags, see fuzz_tokenizer.cpp), and small importance matrices for fuzz_imatrix. Needs a built ./build/les and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LES=${LES:-./build/les}
@@ -68,4 +68,19 @@ text cjk-emoji '\x00\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x9
 text invalid-utf8 '\x05abc\xff\xfe\xc3(\xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 end'
 text digits-spm '\x0e12345678901234567890 3.14159 1,000,000'
 text whitespace '\x10 \t\n\r\n  \xc2\xa0\xe3\x80\x80x  \n\n\n'
+# Importance matrices: a small one collected by les (GGUF form) and a hand-made legacy .dat file.
+mkdir -p $C/imatrix
+printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 8) > "$tmp/text.txt"
+"$LES" imatrix -m "$tmp/qwen3moe-q8_0.gguf" -f "$tmp/text.txt" -c 32 --chunks 2 --process-output \
+  -o "$C/imatrix/qwen3moe.imatrix.gguf" 2>/dev/null
+python3 - "$C/imatrix/legacy.dat" <<'PY'
+import struct, sys
+out = struct.pack('<i', 2)
+for name, ncall, vals in [(b'blk.0.attn_q.weight', 3, [1.5, 3.0, 4.5, 6.0]),
+                          (b'blk.0.ffn_up_exps.weight', 5, [5.0 * (i + 1) for i in range(8)])]:
+    out += struct.pack('<i', len(name)) + name + struct.pack('<ii', ncall, len(vals))
+    out += struct.pack('<%df' % len(vals), *vals)
+out += struct.pack('<i', 12) + struct.pack('<i', 8) + b'data.txt'
+open(sys.argv[1], 'wb').write(out)
+PY
 ls -la $C/*

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"pack", les::cli::cmd_pack, "repack experts as one 4 KiB-aligned extent each (one read per expert)"},
     {"verify", les::cli::cmd_verify, "check a packed model's structure and every expert's checksum"},
     {"perplexity", les::cli::cmd_perplexity, "perplexity on a text; KL divergence against a base model or logits file"},
+    {"imatrix", les::cli::cmd_imatrix, "compute an importance matrix over a text (llama.cpp's imatrix format)"},
 };
 
 void print_usage() {

@@ -59,6 +59,11 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
 
 Context::~Context() = default;
 
+void Context::set_matmul_observer(MatmulInputObserver obs) {
+  if (obs && !product_names_) product_names_ = std::make_unique<ProductNames>(product_names(cfg_, model_.gguf()));
+  matmul_observer_ = std::move(obs);
+}
+
 uint64_t Context::state_bytes() const {
   const uint64_t kv = (k_cache_.size() + v_cache_.size()) * sizeof(float);
   const uint64_t work = (h_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + att_.size() + tmp_.size() +
@@ -171,6 +176,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     ops::rms_norm(h_.data() + sz(i) * sz(E), w.output_norm.data, xn_.data() + sz(i - first) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(-1, "result_norm", xn_.data(), rows, E);
+  if (matmul_observer_) matmul_observer_(product_names_->output, -1, xn_.data(), rows, E);
   std::memcpy(hidden_.data() + sz(out_base) * sz(E), xn_.data(), sz(rows) * sz(E) * sizeof(float));
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
@@ -203,6 +209,11 @@ void Context::attention(int il, int n, int pos0) {
       }
     }
   };
+  if (matmul_observer_) {
+    observe(il, Product::attn_q, -1, xn_.data(), n, E);
+    observe(il, Product::attn_k, -1, xn_.data(), n, E);
+    observe(il, Product::attn_v, -1, xn_.data(), n, E);
+  }
   acts_.n_tok = -1;  // invalidate
   project(L.wq, L.bq, q_, nq);
   project(L.wk, L.bk, k_, nk);
@@ -253,6 +264,7 @@ void Context::attention(int il, int n, int pos0) {
   causal_attention(as, q_.data(), nq, kc, vc, n, pos0, att_.data(), pool_);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
+  if (matmul_observer_) observe(il, Product::attn_output, -1, att_.data(), n, cfg_.n_head * hdv);
   matmul(L.wo, att_.data(), n, cfg_.n_head * hdv, tmp_.data(), E, pool_, acts_);
   for (int i = 0; i < n; ++i) {
     float* t = tmp_.data() + sz(i) * sz(E);
@@ -269,13 +281,18 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
     ops::rms_norm(h_.data() + sz(i) * sz(E), L.attn_norm.data, xn_.data() + sz(i) * sz(E), E, cfg_.rms_eps);
   }
   if (observer_) observer_(il, "attn_norm", xn_.data(), n, E);
+  ProductTap tap;
+  if (matmul_observer_) {
+    tap = [this, il](Product p, const float* x, int64_t rows, int64_t n_in) { observe(il, p, -1, x, rows, n_in); };
+  }
+  const ProductTap* tp = matmul_observer_ ? &tap : nullptr;
   if (rec_slot_[sz(il)] >= 0) {
-    delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_);
+    delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_, tp);
   } else {
     const size_t slot = sz(kv_slot_[sz(il)]);
     float* kc = k_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_k());
     float* vc = v_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_v());
-    gated_attn_->forward(L, xn_.data(), n, pos0, kc, vc, tmp_.data(), pool_);
+    gated_attn_->forward(L, xn_.data(), n, pos0, kc, vc, tmp_.data(), pool_, tp);
   }
   if (observer_) observer_(il, "mixer_out", tmp_.data(), n, E);
   for (int i = 0; i < n; ++i) {
@@ -303,6 +320,7 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
   ensure(sel_w_, sz(n) * sz(K));
   if (L.router.present()) {
     ensure(router_logits_, sz(n) * sz(cfg_.n_expert));
+    if (matmul_observer_) observe(il, Product::router, -1, xn_.data(), n, E);
     matmul(L.router, xn_.data(), n, E, router_logits_.data(), cfg_.n_expert, pool_, acts_);
     RouterParams rp{cfg_.n_expert, K, cfg_.norm_topk, cfg_.expert_weights_scale};
     for (int i = 0; i < n; ++i) {
@@ -345,11 +363,17 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(ex_in_.data() + sz(r) * sz(E), xn_.data() + sz(mem[sz(r)] / K) * sz(E), sz(E) * sizeof(float));
     }
+    const int expert = cfg_.moe ? uniq[ui] : -1;  // a dense FFN is not an expert stack
+    if (matmul_observer_) {
+      observe(il, Product::ffn_gate, expert, ex_in_.data(), m, E);
+      observe(il, Product::ffn_up, expert, ex_in_.data(), m, E);
+    }
     quantize_acts(act_type(ev.gate.type), ex_in_.data(), m, E, E, acts_, &pool_);
     matmul(ev.gate, acts_, ex_g_.data(), F, pool_);
     if (act_type(ev.up.type) != acts_.type) quantize_acts(act_type(ev.up.type), ex_in_.data(), m, E, E, acts_, &pool_);
     matmul(ev.up, acts_, ex_u_.data(), F, pool_);
     for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::silu(ex_g_[sz(j)]) * ex_u_[sz(j)];
+    if (matmul_observer_) observe(il, Product::ffn_down, expert, ex_g_.data(), m, F);
     matmul(ev.down, ex_g_.data(), m, F, ex_y_.data(), E, pool_, acts2_);
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
@@ -385,11 +409,17 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
     ensure(sh_u_, sz(n) * sz(FS));
     ensure(sh_y_, sz(n) * sz(E));
     ensure(sh_gate_, sz(n));
+    if (matmul_observer_) {
+      observe(il, Product::shexp_gate, -1, xn_.data(), n, E);
+      observe(il, Product::shexp_up, -1, xn_.data(), n, E);
+    }
     matmul(L.shexp_gate, xn_.data(), n, E, sh_g_.data(), FS, pool_, acts_);
     matmul(L.shexp_up, xn_.data(), n, E, sh_u_.data(), FS, pool_, acts_);
     for (int64_t j = 0; j < int64_t(n) * FS; ++j) sh_g_[sz(j)] = ops::silu(sh_g_[sz(j)]) * sh_u_[sz(j)];
+    if (matmul_observer_) observe(il, Product::shexp_down, -1, sh_g_.data(), n, FS);
     matmul(L.shexp_down, sh_g_.data(), n, FS, sh_y_.data(), E, pool_, acts2_);
     if (L.shexp_gate_inp.present()) {
+      if (matmul_observer_) observe(il, Product::shexp_gate_inp, -1, xn_.data(), n, E);
       matmul(L.shexp_gate_inp, xn_.data(), n, E, sh_gate_.data(), 1, pool_, acts_);
       for (int i = 0; i < n; ++i) {
         const float g = sh_gate_[sz(i)];

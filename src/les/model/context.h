@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "les/model/delta_net.h"
@@ -12,6 +13,7 @@
 #include "les/model/gated_attention.h"
 #include "les/model/matmul.h"
 #include "les/model/model.h"
+#include "les/model/product_names.h"
 #include "les/util/thread_pool.h"
 
 namespace les {
@@ -27,6 +29,15 @@ struct ContextParams {
 
 // Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].
 using LayerObserver = std::function<void(int layer, const char* name, const float* data, int64_t n_tok, int64_t width)>;
+
+// Observer of the input rows of every weight-matrix product (importance matrices).
+// tensor: the weight's GGUF tensor name in the original (unpacked) layout, e.g. "blk.3.attn_q.weight",
+// "blk.3.ffn_down_exps.weight", "output.weight" ("token_embd.weight" for a tied LM head); expert: the
+// expert index for routed-expert stacks, else -1; x: the float input rows [n_rows][n_in] exactly as
+// they enter the product (before activation quantization). A routed expert's products see only the
+// rows routed to it. Called on the thread that called eval / mtp_eval; x is valid during the call.
+using MatmulInputObserver =
+    std::function<void(const std::string& tensor, int expert, const float* x, int64_t n_rows, int64_t n_in)>;
 
 class Context {
  public:
@@ -69,6 +80,8 @@ class Context {
   void mtp_rollback(int n);               // forgets MTP positions >= n
 
   void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
+  // An empty observer turns it off (the products then cost one branch each, nothing more).
+  void set_matmul_observer(MatmulInputObserver obs);
   ThreadPool& pool() { return pool_; }
   const Model& model() const { return model_; }
 
@@ -82,6 +95,10 @@ class Context {
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   void ffn(const LayerWeights& L, int il, int n);
+  // Reports product p of block `block` to the matmul observer (which must be set).
+  void observe(int block, Product p, int expert, const float* x, int64_t n_rows, int64_t n_in) const {
+    matmul_observer_(product_names_->of(block, p), expert, x, n_rows, n_in);
+  }
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -116,6 +133,8 @@ class Context {
   std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
   std::vector<float> sh_g_, sh_u_, sh_y_, sh_gate_;
   LayerObserver observer_;
+  MatmulInputObserver matmul_observer_;
+  std::unique_ptr<ProductNames> product_names_;  // built by the first set_matmul_observer
 };
 
 }  // namespace les

@@ -63,8 +63,9 @@ void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
       ops::rms_norm(tmp_.data(), t.enorm.data, c, E, cfg_.rms_eps);
       ops::rms_norm(h_in.data() + sz(b + i) * sz(E), t.hnorm.data, c + E, E, cfg_.rms_eps);
     }
-    matmul(t.eh_proj, mtp_in_.data(), n, 2 * E, h_.data(), E, pool_, acts_);
     const int il = cfg_.n_layer;
+    if (matmul_observer_) observe(il, Product::mtp_eh_proj, -1, mtp_in_.data(), n, 2 * E);
+    matmul(t.eh_proj, mtp_in_.data(), n, 2 * E, h_.data(), E, pool_, acts_);
     hybrid_mixer(t.block, il, n, mtp_n_past_);
     ffn(t.block, il, n);
     mtp_n_past_ += n;
@@ -72,6 +73,7 @@ void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
     for (int i = 0; i < n; ++i) {
       ops::rms_norm(h_.data() + sz(i) * sz(E), t.head_norm.data, hid + sz(i) * sz(E), E, cfg_.rms_eps);
     }
+    if (matmul_observer_) matmul_observer_(product_names_->mtp_head, -1, hid, n, E);
     matmul(t.head, hid, n, E, mtp_logits_.data() + sz(b) * sz(V), V, pool_, acts_);
   }
 }

@@ -196,7 +196,7 @@ uint64_t DeltaNetMixer::floats_per_token(const ModelConfig& c) {
 }
 
 void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, const float* x, int n, float* out,
-                            ThreadPool& pool) {
+                            ThreadPool& pool, const ProductTap* tap) {
   const int64_t E = c_.n_embd;
   const int64_t S = c_.ssm_d_state, nk = c_.ssm_n_k_heads, nv = c_.ssm_n_v_heads;
   const int64_t kd = c_.ssm_key_dim(), vd = c_.ssm_value_dim(), cd = c_.ssm_conv_dim();
@@ -211,16 +211,17 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
 
   // 1. Projections (the input is quantized once per activation type).
   acts_.n_tok = -1;
-  auto project = [&](const Matrix& W, float* y, int64_t width) {
+  auto project = [&](Product p, const Matrix& W, float* y, int64_t width) {
+    if (tap) (*tap)(p, x, n, E);
     if (acts_.type != act_type(W.type) || acts_.n_tok != n || acts_.n_in != E) {
       quantize_acts(act_type(W.type), x, n, E, E, acts_, &pool);
     }
     matmul(W, acts_, y, width, pool);
   };
-  project(L.ssm_qkv, mixed_.data(), cd);
-  project(L.ssm_z, z_.data(), vd);
-  project(L.ssm_beta, beta_.data(), nv);
-  project(L.ssm_alpha, g_.data(), nv);
+  project(Product::ssm_qkv, L.ssm_qkv, mixed_.data(), cd);
+  project(Product::ssm_gate, L.ssm_z, z_.data(), vd);
+  project(Product::ssm_beta, L.ssm_beta, beta_.data(), nv);
+  project(Product::ssm_alpha, L.ssm_alpha, g_.data(), nv);
 
   // 2. Gates: beta = sigmoid(b), g = softplus(a + dt_bias) * A.
   for (int64_t i = 0; i < int64_t(n) * nv; ++i) {
@@ -307,6 +308,7 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
   }
 
   // 7. Output projection.
+  if (tap) (*tap)(Product::ssm_out, o_.data(), n, vd);
   matmul(L.ssm_out, o_.data(), n, vd, out, E, pool, acts_);
 }
 

@@ -15,6 +15,7 @@
 
 #include "les/model/config.h"
 #include "les/model/matmul.h"
+#include "les/model/product_names.h"
 #include "les/model/weights.h"
 #include "les/util/thread_pool.h"
 
@@ -74,8 +75,9 @@ class DeltaNetMixer {
 
   // x: n normed input rows [n][n_embd]; out: [n][n_embd] (overwritten). State slot r is advanced
   // by the n tokens. Every output element is computed by one thread (thread-count independent).
+  // tap (may be null) sees the input rows of each projection, on the calling thread.
   void forward(const LayerWeights& L, RecurrentState& st, int r, const float* x, int n, float* out,
-               ThreadPool& pool);
+               ThreadPool& pool, const ProductTap* tap = nullptr);
 
   uint64_t bytes() const;
   // Float work buffers per token of a batch (for memory budgets).

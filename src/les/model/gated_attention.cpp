@@ -16,7 +16,7 @@ uint64_t GatedAttentionMixer::bytes() const {
 }
 
 void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, int pos0, float* k_cache,
-                                  float* v_cache, float* out, ThreadPool& pool) {
+                                  float* v_cache, float* out, ThreadPool& pool, const ProductTap* tap) {
   const int64_t E = c_.n_embd;
   const int hd = c_.head_dim_k, H = c_.n_head, Hkv = c_.n_head_kv;
   const int64_t nq = c_.n_q(), nk = c_.n_kv_k(), nv = c_.n_kv_v();
@@ -28,15 +28,16 @@ void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, 
   ensure(rope_, sz(c_.n_rot));
 
   acts_.n_tok = -1;
-  auto project = [&](const Matrix& W, float* y, int64_t width) {
+  auto project = [&](Product p, const Matrix& W, float* y, int64_t width) {
+    if (tap) (*tap)(p, x, n, E);
     if (acts_.type != act_type(W.type) || acts_.n_tok != n || acts_.n_in != E) {
       quantize_acts(act_type(W.type), x, n, E, E, acts_, &pool);
     }
     matmul(W, acts_, y, width, pool);
   };
-  project(L.wq, qg_.data(), 2 * nq);
-  project(L.wk, k_.data(), nk);
-  project(L.wv, v_.data(), nv);
+  project(Product::attn_q, L.wq, qg_.data(), 2 * nq);
+  project(Product::attn_k, L.wk, k_.data(), nk);
+  project(Product::attn_v, L.wv, v_.data(), nv);
 
   // Split [q_h | gate_h]; per-head q/k RMSNorm; RoPE.
   ops::RopeParams rp;
@@ -74,6 +75,7 @@ void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, 
       for (int d = 0; d < hd; ++d) a[d] = a[d] * ops::sigmoid(gate[d]);
     }
   }
+  if (tap) (*tap)(Product::attn_output, att_.data(), n, nq);
   matmul(L.wo, att_.data(), n, nq, out, E, pool, acts_);
 }
 
