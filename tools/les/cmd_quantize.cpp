@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "common.h"
 #include "les/convert/quantize_model.h"
-#include "les/imatrix/imatrix_file.h"
+#include "les/imatrix/imatrix.h"
 #include "les/mixed/mixed_plan.h"
 #include "les/tokenizer/tokenizer.h"
 #include "les/util/error.h"
@@ -81,6 +81,7 @@ int cmd_quantize(int argc, char** argv) {
   ImportanceFn importance;
   if (a.has("--imatrix")) {
     imatrix = read_imatrix(a.str("--imatrix"));
+    fit_imatrix_to_model(imatrix, in_file);
     check_imatrix_matches(imatrix, in_file);
     importance = [&imatrix](const std::string& tensor, int expert, std::vector<float>& scratch) {
       return imatrix.column_weights(tensor, expert, scratch);

@@ -4,7 +4,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "les/quality/perplexity.h"
+#include "les/quality/token_compare.h"
+#include "les/quality/window_eval.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 #include "les/util/mapped_file.h"
@@ -89,7 +90,7 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
   quality::WindowOptions wo;
   wo.n_ctx = opt.n_ctx;
-  wo.first = 0;
+  wo.first = 1;
   wo.max_windows = opt.n_windows;
   wo.n_threads = opt.n_threads;
   if (static_cast<int64_t>(calib_tokens.size()) < opt.n_ctx) {
