@@ -12,7 +12,7 @@
 namespace les::cli {
 
 int cmd_quantize(int argc, char** argv) {
-  Args a("quantize", "convert a model's weights: les quantize IN.gguf OUT.gguf TYPE (e.g. q4_k_m, q4_K, q8_0, f16)",
+  Args a("quantize", "convert a model's weights: les quantize IN.gguf OUT.gguf TYPE (e.g. q4_k_m, q4_K, iq4_xs, q8_0, f16)",
          {{{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"--force"}, false, "overwrite OUT if it exists"}});
   a.parse(argc, argv);

@@ -31,6 +31,7 @@ Type fallback(Type t) {
     case Type::Q4_K: return Type::Q5_0;
     case Type::Q5_K: return Type::Q5_1;
     case Type::Q6_K: return Type::Q8_0;
+    case Type::IQ4_XS: return Type::IQ4_NL;
     default: return Type::F16;
   }
 }
@@ -47,7 +48,7 @@ QuantizePlan parse_quantize_plan(const std::string& name) {
   }
   auto t = parse_type(n);
   if (!t || !info(*t).weight_type || *t == Type::Q8_K || *t == Type::Q8_1) {
-    throw Error(strfmt("unknown or unsupported target type '%s' (try q4_k_m, q4_K, q5_K, q6_K, q8_0, f16)",
+    throw Error(strfmt("unknown or unsupported target type '%s' (try q4_k_m, q4_K, q5_K, q6_K, q8_0, iq4_xs, iq4_nl, f16)",
                        name.c_str()));
   }
   p.base = *t;

@@ -34,6 +34,8 @@ uint32_t file_type(const QuantizePlan& p) {
     case Type::Q4_K: return p.k_mix ? 15 : 14;
     case Type::Q5_K: return p.k_mix ? 17 : 16;
     case Type::Q6_K: return 18;
+    case Type::IQ4_NL: return 25;
+    case Type::IQ4_XS: return 30;
     case Type::BF16: return 32;
     default: return 0;
   }
