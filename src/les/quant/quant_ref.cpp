@@ -389,15 +389,21 @@ float mean_square(int64_t n, const float* x) {
   return n > 0 ? static_cast<float>(s2 / static_cast<double>(n)) : 0.0f;
 }
 
+// Whether an importance vector imp[n] (may be nullptr) says anything: some element is > 0.
+bool informative(int n, const float* imp) {
+  for (int i = 0; imp && i < n; ++i) {
+    if (imp[i] > 0) return true;
+  }
+  return false;
+}
+
 // Fitting weights w[n] of a group. With an importance vector imp[n] (per-element, >= 0) that is
 // not all zero over the group: w_i = imp_i * sqrt(sigma2 + x_i^2), llama.cpp's weighting of an
 // importance matrix (sigma2 keeps some weight on the small values). Otherwise (imp == nullptr, or
 // nothing in the group matters, where any fit is as good as another) the unweighted default,
 // importance() above, so that results without importance are those of the plain quantizer.
 void group_weights(int n, const float* x, const float* imp, float sigma2, float* w) {
-  bool any = false;
-  for (int i = 0; imp && i < n && !any; ++i) any = imp[i] > 0;
-  if (!any) {
+  if (!informative(n, imp)) {
     importance(n, x, w);
     return;
   }
@@ -621,7 +627,7 @@ void qref_q8_0(const float* x, void* vy, int64_t n, const float* imp) {
     const float d = h2f(y[i].d);
     int L[QK8_0];
     requant_sym(QK8_0, x, d, -127, 127, L);
-    if (imp) {
+    if (informative(QK8_0, imp_at(imp, i, QK8_0))) {
       float w[QK8_0];
       int Lw[QK8_0];
       group_weights(QK8_0, x, imp_at(imp, i, QK8_0), sigma2, w);
