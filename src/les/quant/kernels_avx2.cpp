@@ -7,9 +7,11 @@
 // - Weights go into the unsigned operand of vpmaddubsw (K-quant and Q4/Q5 values are stored
 //   unsigned; their offsets, -32 for Q6_K, -4 for Q3_K, -8/-16 for Q4_0/Q5_0, are subtracted
 //   through the activation block sums), so any int8 activation, -128 included, is exact.
-// - Q8_0 x Q8_0 and IQ4_NL/IQ4_XS (whose codebook values are signed) put |weight| in the unsigned
-//   operand, exact for all inputs except activations of -128 (which our quantizers never
-//   produce); groups holding one take an exact 16-bit path.
+// - Q8_0 x Q8_0 puts |weight| in the unsigned operand, exact for all inputs except activations of
+//   -128 (which our quantizer never produces); groups holding one take an exact 16-bit path.
+// - IQ4_NL/IQ4_XS (signed codebook values in [-127, 113]) put |activation| in the unsigned operand
+//   (|-128| = 128 fits) and the activation's sign on the value, which never wraps: exact for all
+//   inputs.
 // Quantizers: bit-identical to the scalar activation quantizers (quant_ref.cpp), which follow
 // what llama.cpp runs on x86. A product that the scalar code rounds before adding to it must not
 // be fused into an FMA; `opaque` below keeps GCC from contracting such pairs.
@@ -496,17 +498,10 @@ inline __m256i iq4_codebook() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 
-// sum v*y over 32 int8 pairs as int32x8 partial sums, |v| <= 127; exact unless y holds -128.
-inline __m256i dot_signed_i8(__m256i v, __m256i y) {
-  return sum_pairs(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(y, v)));
-}
-// The same in 16-bit arithmetic, exact for all int8 inputs.
-inline __m256i dot_signed_i8_exact(__m256i v, __m256i y) {
-  const __m256i v0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
-  const __m256i v1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
-  const __m256i y0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y));
-  const __m256i y1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(y, 1));
-  return _mm256_add_epi32(_mm256_madd_epi16(v0, y0), _mm256_madd_epi16(v1, y1));
+// Products v*y of 32 int8 pairs, summed in adjacent pairs (int16x16), for |v| <= 127 and any y:
+// |y| (128 for -128, as unsigned) times v with y's sign; each pair sum is within +-2*128*127.
+inline __m256i mul_pairs_i8(__m256i v, __m256i y) {
+  return _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
 }
 
 // The 32 codebook values of the 32 codes in 16 bytes at p, in element order.
@@ -517,11 +512,10 @@ float vec_dot_iq4_nl(int64_t n, const void* vw, const void* va) {
   constexpr size_t off_qs = offsetof(block_iq4_nl, qs);
   return dot_x_q8_0<sizeof(block_iq4_nl), offsetof(block_iq4_nl, d)>(
       n, vw, va,
-      [book](const uint8_t* x, const uint8_t* y) { return dot_signed_i8(iq4_values_32(x + off_qs, book), loadu(y + kQ80_qs)); },
-      [](const uint8_t*, const uint8_t* y) { return loadu(y + kQ80_qs); },
       [book](const uint8_t* x, const uint8_t* y) {
-        return dot_signed_i8_exact(iq4_values_32(x + off_qs, book), loadu(y + kQ80_qs));
-      });
+        return sum_pairs(mul_pairs_i8(iq4_values_32(x + off_qs, book), loadu(y + kQ80_qs)));
+      },
+      never, never);
 }
 
 // Q4_1 / Q5_1 against Q8_1: sum d_w*d_a*sum(u*y) + m_w*s_a. (d, m) and (d, s) are adjacent half
@@ -562,8 +556,7 @@ float vec_dot_qx_1(int64_t n, const void* vw, const void* va) {
 }
 
 // IQ4_XS against Q8_K: per 256-block, sum over the 8 sub-blocks of (ls - 32) * sum(v * y) in
-// int32 lanes, then one float multiply-add by d_w * d_a. A block whose activations hold a -128 is
-// redone in 16-bit arithmetic.
+// int32 lanes, then one float multiply-add by d_w * d_a.
 float vec_dot_iq4_xs(int64_t n, const void* vw, const void* va) {
   const int64_t nb = n / QK_K;
   const auto* w = static_cast<const uint8_t*>(vw);
@@ -575,30 +568,18 @@ float vec_dot_iq4_xs(int64_t n, const void* vw, const void* va) {
     const uint8_t* q8 = a + kQ8K_qs;
     const uint32_t sh = static_cast<uint32_t>(load_u16_wide(w + offsetof(block_iq4_xs, scales_h)));
     const uint32_t sl = load_u32(w + offsetof(block_iq4_xs, scales_l));
-    auto scale = [&](int ib) {  // ls - 32 of sub-block ib
-      return static_cast<int16_t>((((sl >> (4 * ib)) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+    auto scale = [&](int ib) {  // ls - 32 of sub-block ib, in every int16 lane
+      return _mm256_set1_epi16(static_cast<int16_t>((((sl >> (4 * ib)) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32));
     };
-    __m256i lowest = _mm256_setzero_si256();  // bytewise min of the activations
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
     for (int ib = 0; ib < QK_K / 32; ib += 2) {
-      const __m256i y0 = loadu(q8 + 32 * ib), y1 = loadu(q8 + 32 * ib + 32);
-      lowest = _mm256_min_epi8(lowest, _mm256_min_epi8(y0, y1));
-      const __m256i v0 = iq4_values_32(qs + 16 * ib, book), v1 = iq4_values_32(qs + 16 * ib + 16, book);
-      const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(v0), _mm256_sign_epi8(y0, v0));
-      const __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(v1), _mm256_sign_epi8(y1, v1));
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, _mm256_set1_epi16(scale(ib))));
-      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, _mm256_set1_epi16(scale(ib + 1))));
-    }
-    __m256i s = _mm256_add_epi32(s0, s1);
-    if (has_minus128(lowest)) [[unlikely]] {
-      s = _mm256_setzero_si256();
-      for (int ib = 0; ib < QK_K / 32; ++ib) {
-        const __m256i p = dot_signed_i8_exact(iq4_values_32(qs + 16 * ib, book), loadu(q8 + 32 * ib));
-        s = _mm256_add_epi32(s, _mm256_mullo_epi32(p, _mm256_set1_epi32(scale(ib))));
-      }
+      const __m256i p0 = mul_pairs_i8(iq4_values_32(qs + 16 * ib, book), loadu(q8 + 32 * ib));
+      const __m256i p1 = mul_pairs_i8(iq4_values_32(qs + 16 * ib + 16, book), loadu(q8 + 32 * ib + 32));
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, scale(ib)));
+      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, scale(ib + 1)));
     }
     const float d = load_f16(w + offsetof(block_iq4_xs, d)) * load_f32(a + kQ8K_d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
   }
   return hsum(acc);
 }
