@@ -872,8 +872,8 @@ float fit_iq4(int n, const float* x, const float* w, int* C) {
       const int c = nearest_iq4(iscale * x[i]);
       const double v = kIq4nlValues[c];
       Ct[i] = c;
-      svx += w[i] * x[i] * v;
-      svv += w[i] * v * v;
+      svx += static_cast<double>(w[i]) * x[i] * v;
+      svv += static_cast<double>(w[i]) * v * v;
     }
     if (svv > 0 && svx * svx > best_gain * svv) {
       best_gain = svx * svx / svv;
