@@ -27,8 +27,9 @@ using namespace les;
 
 namespace {
 
-constexpr Type kTypes[] = {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::Q2_K, Type::Q8_0, Type::Q4_0,
-                           Type::Q5_0, Type::Q4_1, Type::Q5_1, Type::F16,  Type::BF16, Type::F32};
+constexpr Type kTypes[] = {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::Q2_K,   Type::Q8_0,
+                           Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1, Type::IQ4_NL, Type::IQ4_XS,
+                           Type::F16,  Type::BF16, Type::F32};
 
 // Offsets of the fp16 fields of a block (replaced by sane values so no NaN/inf/denormal
 // arithmetic skews the timing).
@@ -44,6 +45,8 @@ std::vector<size_t> half_fields(Type t) {
     case Type::Q4_K: return {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)};
     case Type::Q5_K: return {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)};
     case Type::Q6_K: return {offsetof(block_q6_K, d)};
+    case Type::IQ4_NL: return {offsetof(block_iq4_nl, d)};
+    case Type::IQ4_XS: return {offsetof(block_iq4_xs, d)};
     default: return {};
   }
 }

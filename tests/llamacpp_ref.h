@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,22 @@ inline std::vector<float> llamacpp_logits(const std::string& model, const std::v
   std::vector<float> v(bytes.size() / sizeof(float));
   std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
   return v;
+}
+
+// llama.cpp's greedy continuation (argmax, ties to the lowest id) of n tokens after `prompt`,
+// evaluated in one batch then one token per step. Empty on failure.
+inline std::vector<int32_t> llamacpp_greedy(const std::string& model, const std::vector<int32_t>& prompt, int n,
+                                            const std::string& work_dir) {
+  const std::string out = work_dir + "/greedy.json";
+  const std::string cmd = "node " + llamacpp_ref_dir() + "/greedy.mjs --model '" + model + "' --tokens " +
+                          join_ids(prompt) + " -n " + std::to_string(n) + " --json '" + out + "' > '" + work_dir +
+                          "/greedy.log' 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "llama.cpp reference failed: %s\n", cmd.c_str());
+    return {};
+  }
+  std::ifstream f(out);
+  return nlohmann::json::parse(f)["gen_tokens"].get<std::vector<int32_t>>();
 }
 
 }  // namespace les::test

@@ -217,6 +217,8 @@ TEST(CorruptModel, FindNonFiniteEveryTypeAndScaleField) {
       {Type::Q5_K, {{offsetof(block_q5_K, d), "d"}, {offsetof(block_q5_K, dmin), "dmin"}}, false},
       {Type::Q6_K, {{offsetof(block_q6_K, d), "d"}}, false},
       {Type::Q8_K, {{offsetof(block_q8_K, d), "d"}}, true},
+      {Type::IQ4_NL, {{offsetof(block_iq4_nl, d), "d"}}, false},
+      {Type::IQ4_XS, {{offsetof(block_iq4_xs, d), "d"}}, false},
   };
   for (const Case& c : cases) {
     const TypeInfo& ti = info(c.t);

@@ -227,7 +227,7 @@ TEST(GgufTypes, TableMatchesBlockLayouts) {
       {6, "q5_0", 32, 22}, {7, "q5_1", 32, 24}, {8, "q8_0", 32, 34}, {9, "q8_1", 32, 36},
       {10, "q2_K", 256, 84}, {11, "q3_K", 256, 110}, {12, "q4_K", 256, 144},
       {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210}, {15, "q8_K", 256, 292},
-      {24, "i8", 1, 1}, {25, "i16", 1, 2}, {26, "i32", 1, 4}, {30, "bf16", 1, 2},
+      {20, "iq4_nl", 32, 18}, {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1}, {25, "i16", 1, 2}, {26, "i32", 1, 4}, {30, "bf16", 1, 2},
   };
   for (const Want& w : want) {
     auto ti = les::type_info(w.id);
@@ -241,7 +241,7 @@ TEST(GgufTypes, TableMatchesBlockLayouts) {
     ASSERT_TRUE(parsed.has_value()) << w.name;
     EXPECT_EQ(static_cast<uint32_t>(*parsed), w.id);
   }
-  for (uint32_t id : {4u, 5u, 16u, 23u, 27u, 29u, 31u, 99u, 0xffffffffu}) {
+  for (uint32_t id : {4u, 5u, 16u, 21u, 22u, 27u, 29u, 31u, 99u, 0xffffffffu}) {
     EXPECT_FALSE(les::type_info(id).has_value()) << id;
   }
   EXPECT_EQ(les::parse_type("Q4_K"), Type::Q4_K);

@@ -241,6 +241,30 @@ TEST(Pack, SyntheticLogitsBitIdentical) {
   expect_identical_logits(src, out, kSynthPrompt);
 }
 
+// The non-linear types: gate/up rows of 256 are iq4_xs, down rows of 64 fall back to iq4_nl.
+// Packed, resident and streamed, and `les verify`'s checks, as for the K-quants.
+TEST(Pack, Iq4ModelLogitsBitIdentical) {
+  TempDir d;
+  synth::SynthSpec s = synth::shape_spec("tiny");
+  s.type = "iq4_xs";
+  s.n_embd = 256;
+  const std::string src = d.file("synth-tiny-iq4.gguf");
+  synth::write_synth_model(s, src);
+  const std::string out = d.file("packed.gguf");
+  pack::pack_model(src, out);
+  {
+    auto m = Model::load(out);
+    ASSERT_NE(m->packed(), nullptr);
+    const pack::PackInfo& info = *m->packed();
+    ASSERT_FALSE(info.layers.empty());
+    EXPECT_EQ(info.layers[0].parts[0].type, Type::IQ4_XS);
+    EXPECT_EQ(info.layers[0].parts[2].type, Type::IQ4_NL);
+  }
+  expect_identical_logits(src, out, kSynthPrompt);
+  const pack::VerifySummary v = pack::verify_packed(out);
+  EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
+}
+
 TEST(Pack, TinyMoeLogitsBitIdentical) {
   LES_REQUIRE_FILE(tiny_moe_path());
   TempDir d;

@@ -32,12 +32,12 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Test data
 
-const Type kWeightTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,
-                             Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q2_K, Type::Q3_K,
-                             Type::Q4_K, Type::Q5_K, Type::Q6_K};
-const Type kAllTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,
-                          Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q8_1, Type::Q2_K,
-                          Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_K};
+const Type kWeightTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0,   Type::Q4_1,
+                             Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q2_K,   Type::Q3_K,
+                             Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::IQ4_NL, Type::IQ4_XS};
+const Type kAllTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,
+                          Type::Q5_1, Type::Q8_0, Type::Q8_1, Type::Q2_K, Type::Q3_K,   Type::Q4_K,
+                          Type::Q5_K, Type::Q6_K, Type::Q8_K, Type::IQ4_NL, Type::IQ4_XS};
 
 int id(Type t) { return static_cast<int>(t); }
 const char* nm(Type t) { return type_name(t); }
@@ -133,8 +133,9 @@ double rel_rmse(const std::vector<float>& x, const std::vector<float>& y) {
 // distribution (columns in kDists order: gaussian, uniform, outliers, zero-chunks, offset), about
 // 15% above what this quantizer measures on the seeded data. For comparison, llama.cpp's
 // reference quantizers measure on Gaussian data: q4_0 0.086, q4_1 0.078, q5_0 0.043, q5_1 0.038,
-// q8_0 0.0053, q2_K 0.29, q3_K 0.15, q4_K 0.071, q5_K 0.036, q6_K 0.018 (ours: 0.082, 0.071,
-// 0.042, 0.034, 0.0053, 0.27, 0.147, 0.071, 0.035, 0.017). Outliers inflate the block scales,
+// q8_0 0.0053, q2_K 0.29, q3_K 0.15, q4_K 0.071, q5_K 0.036, q6_K 0.018, iq4_nl 0.076, iq4_xs
+// 0.076 (ours: 0.082, 0.071, 0.042, 0.034, 0.0053, 0.27, 0.147, 0.071, 0.035, 0.017, 0.073,
+// 0.075). Outliers inflate the block scales,
 // an offset (all values ~ +2 sigma) favours the types with a min.
 double error_bound(Type t, Dist d) {
   struct Row { Type t; double b[5]; };
@@ -154,6 +155,8 @@ double error_bound(Type t, Dist d) {
       {Type::Q5_K, {0.040, 0.031, 0.051, 0.040, 0.0145}},
       {Type::Q6_K, {0.0195, 0.0145, 0.029, 0.020, 0.0122}},
       {Type::Q8_K, {0.0080, 0.0045, 0.022, 0.0081, 0.0043}},
+      {Type::IQ4_NL, {0.085, 0.072, 0.128, 0.088, 0.066}},
+      {Type::IQ4_XS, {0.086, 0.072, 0.120, 0.089, 0.068}},
   };
   for (const Row& r : kBounds) {
     if (r.t == t) return r.b[static_cast<int>(d)];
@@ -576,6 +579,62 @@ TEST(QuantRefLayout, Q6_K) {
   expect_vec_eq(deq_block(Type::Q6_K, b, 256), want, "q6_K");
 }
 
+// The 16 values of the IQ4_NL / IQ4_XS codes (the format's table, written out here on its own).
+constexpr int kIq4Book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+TEST(QuantRefLayout, IQ4_NL) {
+  // x = d * book[code]; element j: low nibble of qs[j], element j + 16: high nibble.
+  block_iq4_nl b{};
+  b.d = kHHalf;
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  std::vector<float> want(32);
+  for (int j = 0; j < 16; ++j) {
+    want[j] = 0.5f * kIq4Book[j];
+    want[j + 16] = 0.5f * kIq4Book[15 - j];
+  }
+  expect_vec_eq(deq_block(Type::IQ4_NL, b, 32), want, "iq4_nl");
+  EXPECT_EQ(want[0], -63.5f);   // code 0
+  EXPECT_EQ(want[16], 56.5f);   // code 15
+  EXPECT_EQ(want[8], 0.5f);     // code 8 (value 1)
+  b.d = kHm1;                   // a negative scale mirrors the values
+  for (float& v : want) v *= -2.0f;
+  expect_vec_eq(deq_block(Type::IQ4_NL, b, 32), want, "iq4_nl, d = -1");
+}
+
+TEST(QuantRefLayout, IQ4_XS) {
+  // Sub-block ib of 32: scale ls = (low 4 bits: nibble ib % 2 of scales_l[ib / 2]) | (2 bits at
+  // 2ib of scales_h) << 4, x = d * (ls - 32) * book[code]; codes of sub-block ib in
+  // qs[16ib .. 16ib + 15] as IQ4_NL.
+  block_iq4_xs b{};
+  b.d = kHQuarter;
+  // ls: ib0 = 33 (+1), ib1 = 0 (-32), ib2 = 63 (+31), ib3 = 32 (0), ib4 = 36 (+4), ib5 = 31 (-1),
+  // ib6 = 16 (-16), ib7 = 50 (+18).
+  const int ls[8] = {33, 0, 63, 32, 36, 31, 16, 50};
+  b.scales_l[0] = 0x01;  // ib0 low 1, ib1 low 0
+  b.scales_l[1] = 0x0f;  // ib2 low 15, ib3 low 0
+  b.scales_l[2] = 0xf4;  // ib4 low 4, ib5 low 15
+  b.scales_l[3] = 0x20;  // ib6 low 0, ib7 low 2
+  // high bits: ib0 2, ib1 0, ib2 3, ib3 2, ib4 2, ib5 1, ib6 1, ib7 3
+  b.scales_h = static_cast<uint16_t>(2 | (0 << 2) | (3 << 4) | (2 << 6) | (2 << 8) | (1 << 10) | (1 << 12) | (3 << 14));
+  for (int i = 0; i < 128; ++i) b.qs[i] = static_cast<uint8_t>((i * 7 + 3) & 0xff);
+  std::vector<float> want(256);
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t q = b.qs[16 * ib + j];
+      want[32 * ib + j] = 0.25f * (ls[ib] - 32) * kIq4Book[q & 15];
+      want[32 * ib + j + 16] = 0.25f * (ls[ib] - 32) * kIq4Book[q >> 4];
+    }
+  }
+  expect_vec_eq(deq_block(Type::IQ4_XS, b, 256), want, "iq4_xs");
+  // Spot values computed by hand: element 0: qs[0] = 3 -> book[3] = -65, ls 33: 0.25 * 1 * -65;
+  // element 32 (sub-block 1, j = 0): qs[16] = 115 = 0x73 -> code 3 -> 0.25 * -32 * -65 = 520;
+  // element 80 (sub-block 2, j = 16): qs[32] = 227 = 0xe3 -> high code 14 -> 0.25 * 31 * 89.
+  EXPECT_EQ(want[0], -16.25f);
+  EXPECT_EQ(want[32], 520.0f);
+  EXPECT_EQ(want[80], 0.25f * 31 * 89);
+  for (int e = 96; e < 128; ++e) EXPECT_EQ(want[e], 0.0f);  // ls 32: scale 0
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers: hand-computed expectations of llama.cpp's semantics.
 
@@ -978,9 +1037,10 @@ TEST(QuantRefDispatch, ActTypesAndErrors) {
   EXPECT_EQ(act_type(Type::BF16), Type::BF16);
   for (Type t : {Type::Q4_0, Type::Q5_0, Type::Q8_0}) EXPECT_EQ(act_type(t), Type::Q8_0);
   for (Type t : {Type::Q4_1, Type::Q5_1}) EXPECT_EQ(act_type(t), Type::Q8_1);
-  for (Type t : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+  for (Type t : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::IQ4_XS}) {
     EXPECT_EQ(act_type(t), Type::Q8_K);
   }
+  EXPECT_EQ(act_type(Type::IQ4_NL), Type::Q8_0);  // llama.cpp's vec_dot_type
   EXPECT_THROW(act_type(Type::Q8_K), Error);
   EXPECT_THROW(act_type(Type::I8), Error);
 

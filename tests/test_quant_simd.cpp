@@ -25,9 +25,9 @@
 namespace les {
 namespace {
 
-constexpr Type kDotTypes[] = {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::Q2_K,
-                              Type::Q8_0, Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1,
-                              Type::F16,  Type::BF16, Type::F32};
+constexpr Type kDotTypes[] = {Type::Q4_K, Type::Q5_K,   Type::Q6_K,   Type::Q3_K, Type::Q2_K,
+                              Type::Q8_0, Type::Q4_0,   Type::Q5_0,   Type::Q4_1, Type::Q5_1,
+                              Type::IQ4_NL, Type::IQ4_XS, Type::F16, Type::BF16, Type::F32};
 constexpr Type kActTypes[] = {Type::Q8_K, Type::Q8_0, Type::Q8_1, Type::F16, Type::BF16};
 
 int tid(Type t) { return static_cast<int>(t); }
@@ -166,6 +166,21 @@ void gen_weights(Gen& g, Type t, uint8_t* p, int64_t n, Fill fill) {
         put16(x + offsetof(block_q5_K, dmin), d(0.0f, 0.02f));
         break;
       case Type::Q6_K: put16(x + offsetof(block_q6_K, d), d(-0.02f, 0.02f)); break;
+      case Type::IQ4_NL:
+        put16(x + offsetof(block_iq4_nl, d), d(-0.01f, 0.01f));
+        // all_max: codes 0 and 15, the two ends of the codebook (-127 and 113)
+        if (fill == Fill::all_max) {
+          for (int j = 0; j < 16; ++j) x[offsetof(block_iq4_nl, qs) + j] = (j % 2) ? 0x00 : 0xf0;
+        }
+        break;
+      case Type::IQ4_XS:
+        put16(x + offsetof(block_iq4_xs, d), d(-0.001f, 0.001f));
+        if (fill == Fill::all_max) {  // scales ls = 0 (-32, the largest magnitude), codes 0 and 15
+          put16(x + offsetof(block_iq4_xs, scales_h), 0);
+          std::memset(x + offsetof(block_iq4_xs, scales_l), 0, 4);
+          for (int j = 0; j < 128; ++j) x[offsetof(block_iq4_xs, qs) + j] = (j % 3) ? 0x00 : 0xf0;
+        }
+        break;
       default: FAIL() << "no generator for " << type_name(t);
     }
     if (fill == Fill::zero_scales) {  // sub-block scales too
@@ -174,6 +189,10 @@ void gen_weights(Gen& g, Type t, uint8_t* p, int64_t n, Fill fill) {
       if (t == Type::Q4_K) std::memset(x + offsetof(block_q4_K, scales), 0, 12);
       if (t == Type::Q5_K) std::memset(x + offsetof(block_q5_K, scales), 0, 12);
       if (t == Type::Q6_K) std::memset(x + offsetof(block_q6_K, scales), 0, 16);
+      if (t == Type::IQ4_XS) {  // ls = 32 everywhere: sub-block scales 0
+        put16(x + offsetof(block_iq4_xs, scales_h), 0xaaaa);
+        std::memset(x + offsetof(block_iq4_xs, scales_l), 0, 4);
+      }
     }
   }
 }
@@ -257,6 +276,9 @@ void k4_scale_min(const uint8_t* q, int j, int& sc, int& m) {
     m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
+
+// The IQ4_NL / IQ4_XS codebook (a constant of the format).
+constexpr int kIq4Book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // Decodes block b of a weight row into scaled[] and offset[] (block_size elements each).
 void decode_weight_block(Type t, const uint8_t* x, double* sc, double* of) {
@@ -353,6 +375,30 @@ void decode_weight_block(Type t, const uint8_t* x, double* sc, double* of) {
         const int hb = (qh[32 * half + l] >> (2 * k)) & 3;
         sc[e] = d * scales[e / 16] * ((lo | (hb << 4)) - 32);
         of[e] = 0;
+      }
+      return;
+    }
+    case Type::IQ4_NL: {
+      const double d = h(x);
+      for (int j = 0; j < 16; ++j) {
+        sc[j] = d * kIq4Book[x[2 + j] & 0x0f];
+        sc[j + 16] = d * kIq4Book[x[2 + j] >> 4];
+        of[j] = of[j + 16] = 0;
+      }
+      return;
+    }
+    case Type::IQ4_XS: {
+      const double d = h(x);
+      const uint16_t sh = get16(x + 2);
+      const uint8_t* sl = x + 4;
+      const uint8_t* qs = x + 8;
+      for (int ib = 0; ib < 8; ++ib) {
+        const int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
+        for (int j = 0; j < 16; ++j) {
+          sc[32 * ib + j] = d * (ls - 32) * kIq4Book[qs[16 * ib + j] & 0x0f];
+          sc[32 * ib + j + 16] = d * (ls - 32) * kIq4Book[qs[16 * ib + j] >> 4];
+          of[32 * ib + j] = of[32 * ib + j + 16] = 0;
+        }
       }
       return;
     }

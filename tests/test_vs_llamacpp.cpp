@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
+#include "les/convert/quantize_model.h"
+#include "les/gguf/gguf.h"
 #include "les/model/context.h"
 #include "les/synth/synth.h"
 #include "llamacpp_ref.h"
@@ -153,3 +156,65 @@ TEST(VsLlamaCppBundled, QuantizedDefaultModel) {
   std::string cleanup = "rm -rf '" + dir + "'";
   (void)std::system(cleanup.c_str());
 }
+
+// The trained tiny MoE quantized by les to IQ4_NL and to IQ4_XS (whose 128-wide rows fall back to
+// IQ4_NL, as in llama.cpp), then run by les and by llama.cpp on that same file: agreement checks
+// our dequantization and dot products of these types against llama.cpp's.
+class VsLlamaCppIq4 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VsLlamaCppIq4, TrainedModelQuantizedByLes) {
+  LES_REQUIRE_LLAMACPP();
+  LES_REQUIRE_FILE(tiny_moe_path());
+  const std::string type = GetParam();
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/tiny-moe-" + type + ".gguf";
+  QuantizePlan plan = parse_quantize_plan(type);
+  plan.n_threads = 2;
+  quantize_model(tiny_moe_path(), path, plan);
+
+  // The file holds the type asked for (IQ4_XS: and IQ4_NL where rows are 128 wide).
+  std::map<Type, int> counts;
+  for (const auto& t : gguf::read_file(path).tensors) ++counts[t.type];
+  EXPECT_GT(counts[plan.base], 10) << type;
+  if (plan.base == Type::IQ4_XS) {
+    EXPECT_GT(counts[Type::IQ4_NL], 0) << "ffn_down rows of 128 should fall back to iq4_nl";
+  }
+
+  std::ifstream rf(shared_models() + "/tiny-moe-q3m.ref.json");
+  const auto ref = nlohmann::json::parse(rf);
+  std::vector<std::vector<int32_t>> seqs;
+  for (const auto& s : ref["sequences"]) seqs.push_back(s["tokens"].get<std::vector<int32_t>>());
+  const Agreement a = compare_with_llamacpp(path, seqs, dir);
+  std::printf("tiny-moe %s: max|diff| %.3g  max rel %.3g  mean rel %.3g  argmax %d/%d\n", type.c_str(), a.max_abs,
+              a.max_rel, a.mean_rel, a.argmax_agree, a.positions);
+  ASSERT_GT(a.positions, 0);
+  EXPECT_EQ(a.argmax_agree, a.positions);
+  EXPECT_LE(a.mean_rel, 2e-3);
+  // Both sides quantize the activations alike and form the same integer sums, so only the float
+  // summation order differs (measured: max rel 2e-7, max |diff| 4e-6).
+  EXPECT_LE(a.max_rel, 1e-4);
+
+  // Greedy continuations of the reference prompts: the same tokens (hence the same text).
+  auto m = Model::load(path);
+  const int nv = m->config().n_vocab;
+  for (const auto& g : ref["greedy"]) {
+    const std::vector<int32_t> prompt = g["prompt_tokens"].get<std::vector<int32_t>>();
+    const int n = static_cast<int>(g["gen_tokens"].size());
+    const std::vector<int32_t> theirs = llamacpp_greedy(path, prompt, n, dir);
+    ASSERT_EQ(theirs.size(), static_cast<size_t>(n)) << "llama.cpp greedy failed";
+    Context ctx(*m, ContextParams{.n_ctx = 128, .n_threads = 2});
+    ctx.eval(prompt, false);
+    std::vector<int32_t> ours;
+    for (int i = 0; i < n; ++i) {
+      const float* l = ctx.last_logits();
+      const int32_t t = static_cast<int32_t>(std::max_element(l, l + nv) - l);
+      ours.push_back(t);
+      ctx.eval(std::span<const int32_t>(&t, 1), false);
+    }
+    EXPECT_EQ(ours, theirs) << type << ", prompt: " << g["prompt"].get<std::string>();
+  }
+  std::string cleanup = "rm -rf '" + dir + "'";
+  (void)std::system(cleanup.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(NewTypes, VsLlamaCppIq4, ::testing::Values("iq4_nl", "iq4_xs"));

@@ -43,7 +43,7 @@ int cmd_synth(int argc, char** argv) {
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
           {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet); default: the shape's", "ARCH"},
-          {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, q4_k_m, ... (default q8_0)", "TYPE"},
+          {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, q4_k_m, ... (default q8_0)", "TYPE"},
           {{"--layers"}, true, "number of layers", "N"},
           {{"--embd"}, true, "embedding width", "N"},
           {{"--heads"}, true, "query heads", "N"},

@@ -12,7 +12,8 @@ constexpr int QK5_0 = 32;
 constexpr int QK5_1 = 32;
 constexpr int QK8_0 = 32;
 constexpr int QK8_1 = 32;
-constexpr int QK_K = 256;        // super-block size of the K-quants
+constexpr int QK4_NL = 32;
+constexpr int QK_K = 256;        // super-block size of the K-quants (and IQ4_XS)
 constexpr int K_SCALE_SIZE = 12; // packed 6-bit scales/mins of Q4_K and Q5_K
 
 using half_bits = uint16_t;
@@ -41,6 +42,19 @@ struct block_q4_K { half_bits d; half_bits dmin; uint8_t scales[K_SCALE_SIZE]; u
 struct block_q5_K { half_bits d; half_bits dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 // 16 sub-blocks of 16 with int8 scales: x = d * scales[i] * (q - 32), q 6 bits (4 in ql, 2 in qh).
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; half_bits d; };
+// Non-linear 4-bit types: a 4-bit code selects one of the 16 values of kIq4nlValues, which is
+// then scaled. Codes are packed as in Q4_0: element j of a 32-element group in the low nibble of
+// qs[j], element j+16 in the high nibble.
+// x = d * kIq4nlValues[code].
+struct block_iq4_nl { half_bits d; uint8_t qs[QK4_NL / 2]; };
+// 8 sub-blocks of 32, each with a 6-bit scale ls stored as 4 low bits in scales_l (nibble
+// ib % 2 of byte ib / 2) and 2 high bits in scales_h (bits 2ib, 2ib+1):
+// x = d * (ls - 32) * kIq4nlValues[code]; sub-block ib's codes in qs[16ib .. 16ib+15].
+struct block_iq4_xs { half_bits d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+// The 16 values of the IQ4_NL / IQ4_XS codes, ascending (a constant of the format).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
 // Activation type of the K-quants: x = d * q, float scale, bsums[i] = sum of qs[16i .. 16i+15].
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 
@@ -60,6 +74,8 @@ typedef block_q4_K block_q4_K_u __attribute__((aligned(1)));
 typedef block_q5_K block_q5_K_u __attribute__((aligned(1)));
 typedef block_q6_K block_q6_K_u __attribute__((aligned(1)));
 typedef block_q8_K block_q8_K_u __attribute__((aligned(1)));
+typedef block_iq4_nl block_iq4_nl_u __attribute__((aligned(1)));
+typedef block_iq4_xs block_iq4_xs_u __attribute__((aligned(1)));
 typedef uint16_t half_bits_u __attribute__((aligned(1)));
 typedef float float_u __attribute__((aligned(1)));
 
@@ -75,5 +91,7 @@ static_assert(sizeof(block_q4_K) == 144);
 static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
+static_assert(sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_iq4_xs) == 136);
 
 }  // namespace les

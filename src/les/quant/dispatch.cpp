@@ -5,6 +5,7 @@
 // are immutable. The only mutable global is the pointer to the active table (an atomic).
 
 #include <atomic>
+#include <cmath>
 #include <string>
 
 #include "les/quant/kernels.h"
@@ -151,14 +152,16 @@ Type act_type(Type w) {
     case Type::BF16: return Type::BF16;
     case Type::Q4_0:
     case Type::Q5_0:
-    case Type::Q8_0: return Type::Q8_0;
+    case Type::Q8_0:
+    case Type::IQ4_NL: return Type::Q8_0;
     case Type::Q4_1:
     case Type::Q5_1: return Type::Q8_1;
     case Type::Q2_K:
     case Type::Q3_K:
     case Type::Q4_K:
     case Type::Q5_K:
-    case Type::Q6_K: return Type::Q8_K;
+    case Type::Q6_K:
+    case Type::IQ4_XS: return Type::Q8_K;
     default: break;
   }
   throw Error(strfmt("no dot product kernel for weight type %s", type_label(w).c_str()));
@@ -190,11 +193,17 @@ bool set_active_isa(Isa isa) {
   return true;
 }
 
-void quantize_row_ref(Type t, const float* x, void* y, int64_t n) {
+void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance) {
   check_row("quantize_row_ref", t, n);
-  const QuantizeFn fn = ref_weight_quantizer(t);
+  const RefQuantizeFn fn = ref_weight_quantizer(t);
   if (!fn) throw Error(strfmt("quantize_row_ref: cannot quantize to %s", type_label(t).c_str()));
-  fn(x, y, n);
+  for (int64_t i = 0; importance && i < n; ++i) {
+    if (!(importance[i] >= 0) || !std::isfinite(importance[i])) {
+      throw Error(strfmt("quantize_row_ref: importance[%lld] = %g (must be finite and >= 0)",
+                         static_cast<long long>(i), static_cast<double>(importance[i])));
+    }
+  }
+  fn(x, y, n, importance);
 }
 
 void dequantize_row(Type t, const void* x, float* y, int64_t n) {

@@ -40,6 +40,8 @@ std::optional<Scales> scales_of(Type t) {
       return Scales{{{offsetof(block_q5_K, d), "d"}, {offsetof(block_q5_K, dmin), "dmin"}}, 2, false};
     case Type::Q6_K: return Scales{{{offsetof(block_q6_K, d), "d"}, {}}, 1, false};
     case Type::Q8_K: return Scales{{{offsetof(block_q8_K, d), "d"}, {}}, 1, true};
+    case Type::IQ4_NL: return Scales{{{offsetof(block_iq4_nl, d), "d"}, {}}, 1, false};
+    case Type::IQ4_XS: return Scales{{{offsetof(block_iq4_xs, d), "d"}, {}}, 1, false};
     default: return std::nullopt;
   }
 }

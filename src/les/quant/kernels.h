@@ -16,7 +16,8 @@ const char* isa_name(Isa isa);
 Isa detect_isa();
 
 // Type the activations are quantized to for products with weights of type w:
-// K-quants -> Q8_K; Q4_0/Q5_0/Q8_0 -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16; BF16 -> BF16; F32 -> F32.
+// K-quants, IQ4_XS -> Q8_K; Q4_0/Q5_0/Q8_0/IQ4_NL -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16;
+// BF16 -> BF16; F32 -> F32.
 Type act_type(Type w);
 
 // Dot product of n elements: a weight row of type w and an activation row of act_type(w).
@@ -42,7 +43,13 @@ bool set_active_isa(Isa isa);
 
 // Reference-quality quantization of weights (may be slow; used by `les quantize` and `les synth`).
 // n must be a multiple of the block size.
-void quantize_row_ref(Type t, const float* x, void* y, int64_t n);
+// importance: optional per-element weights [n] (>= 0; e.g. an importance matrix's mean squared
+// activation of each input column of this row); nullptr = unweighted (today's behaviour, bit-identical).
+// Every quantized weight type minimises the importance-weighted error in its scale/min search
+// (as llama.cpp weighs an imatrix: element i by importance[i] * sqrt(sigma2 + x_i^2), sigma2 the
+// mean square of the row or super-block); F32/F16/BF16 ignore it. Throws Error if an importance
+// value is negative or not finite.
+void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance = nullptr);
 void dequantize_row(Type t, const void* x, float* y, int64_t n);
 
 }  // namespace les

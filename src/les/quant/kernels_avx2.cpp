@@ -9,6 +9,9 @@
 //   through the activation block sums), so any int8 activation, -128 included, is exact.
 // - Q8_0 x Q8_0 puts |weight| in the unsigned operand, exact for all inputs except activations of
 //   -128 (which our quantizer never produces); groups holding one take an exact 16-bit path.
+// - IQ4_NL/IQ4_XS (signed codebook values in [-127, 113]) put |activation| in the unsigned operand
+//   (|-128| = 128 fits) and the activation's sign on the value, which never wraps: exact for all
+//   inputs.
 // Quantizers: bit-identical to the scalar activation quantizers (quant_ref.cpp), which follow
 // what llama.cpp runs on x86. A product that the scalar code rounds before adding to it must not
 // be fused into an FMA; `opaque` below keeps GCC from contracting such pairs.
@@ -490,6 +493,31 @@ float vec_dot_q5_0(int64_t n, const void* vw, const void* va) {
   }, never, never);
 }
 
+// IQ4_NL against Q8_0: the codes' values come from the codebook by one vpshufb, then as Q8_0.
+inline __m256i iq4_codebook() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+}
+
+// Products v*y of 32 int8 pairs, summed in adjacent pairs (int16x16), for |v| <= 127 and any y:
+// |y| (128 for -128, as unsigned) times v with y's sign; each pair sum is within +-2*128*127.
+inline __m256i mul_pairs_i8(__m256i v, __m256i y) {
+  return _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
+}
+
+// The 32 codebook values of the 32 codes in 16 bytes at p, in element order.
+inline __m256i iq4_values_32(const uint8_t* p, __m256i book) { return _mm256_shuffle_epi8(book, nibbles_32(p)); }
+
+float vec_dot_iq4_nl(int64_t n, const void* vw, const void* va) {
+  const __m256i book = iq4_codebook();
+  constexpr size_t off_qs = offsetof(block_iq4_nl, qs);
+  return dot_x_q8_0<sizeof(block_iq4_nl), offsetof(block_iq4_nl, d)>(
+      n, vw, va,
+      [book](const uint8_t* x, const uint8_t* y) {
+        return sum_pairs(mul_pairs_i8(iq4_values_32(x + off_qs, book), loadu(y + kQ80_qs)));
+      },
+      never, never);
+}
+
 // Q4_1 / Q5_1 against Q8_1: sum d_w*d_a*sum(u*y) + m_w*s_a. (d, m) and (d, s) are adjacent half
 // pairs, converted 4 blocks at a time; their product holds d_w*d_a in even lanes, m_w*s_a in odd.
 template <bool Five>
@@ -525,6 +553,35 @@ float vec_dot_qx_1(int64_t n, const void* vw, const void* va) {
   }
   const __m256 ms = _mm256_blend_ps(_mm256_setzero_ps(), acc_dm, 0xAA);  // odd lanes: m*s
   return hsum(_mm256_add_ps(acc, ms)) + tail;
+}
+
+// IQ4_XS against Q8_K: per 256-block, sum over the 8 sub-blocks of (ls - 32) * sum(v * y) in
+// int32 lanes, then one float multiply-add by d_w * d_a.
+float vec_dot_iq4_xs(int64_t n, const void* vw, const void* va) {
+  const int64_t nb = n / QK_K;
+  const auto* w = static_cast<const uint8_t*>(vw);
+  const auto* a = static_cast<const uint8_t*>(va);
+  const __m256i book = iq4_codebook();
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i, w += sizeof(block_iq4_xs), a += sizeof(block_q8_K)) {
+    const uint8_t* qs = w + offsetof(block_iq4_xs, qs);
+    const uint8_t* q8 = a + kQ8K_qs;
+    const uint32_t sh = static_cast<uint32_t>(load_u16_wide(w + offsetof(block_iq4_xs, scales_h)));
+    const uint32_t sl = load_u32(w + offsetof(block_iq4_xs, scales_l));
+    auto scale = [&](int ib) {  // ls - 32 of sub-block ib, in every int16 lane
+      return _mm256_set1_epi16(static_cast<int16_t>((((sl >> (4 * ib)) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32));
+    };
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int ib = 0; ib < QK_K / 32; ib += 2) {
+      const __m256i p0 = mul_pairs_i8(iq4_values_32(qs + 16 * ib, book), loadu(q8 + 32 * ib));
+      const __m256i p1 = mul_pairs_i8(iq4_values_32(qs + 16 * ib + 16, book), loadu(q8 + 32 * ib + 32));
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, scale(ib)));
+      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, scale(ib + 1)));
+    }
+    const float d = load_f16(w + offsetof(block_iq4_xs, d)) * load_f32(a + kQ8K_d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
+  }
+  return hsum(acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -804,6 +861,8 @@ void fill_kernel_table_avx2(KernelTable& t) {
   t.vec_dot[id(Type::Q4_K)] = vec_dot_q4_K;
   t.vec_dot[id(Type::Q5_K)] = vec_dot_q5_K;
   t.vec_dot[id(Type::Q6_K)] = vec_dot_q6_K;
+  t.vec_dot[id(Type::IQ4_NL)] = vec_dot_iq4_nl;
+  t.vec_dot[id(Type::IQ4_XS)] = vec_dot_iq4_xs;
 
   t.quantize[id(Type::Q8_0)] = quantize_q8_0;
   t.quantize[id(Type::Q8_1)] = quantize_q8_1;

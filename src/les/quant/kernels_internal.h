@@ -21,9 +21,13 @@ void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F
 // kernels using AVX512-BF16 instructions must be registered only when this returns true.
 bool cpu_has_avx512_bf16();
 
-// Reference-quality weight quantizer for type t (slow; used by quantize_row_ref), or nullptr if
-// there is none. For the activation-only types Q8_1/Q8_K it is the activation quantizer.
-QuantizeFn ref_weight_quantizer(Type t);
+// Reference-quality weight quantizer: x[n] -> y, with an optional importance[n] (nullptr = none;
+// the caller has checked it is finite and >= 0).
+using RefQuantizeFn = void (*)(const float* x, void* y, int64_t n, const float* importance);
+// The one for type t (slow; used by quantize_row_ref), or nullptr if there is none. For the
+// activation-only types Q8_1/Q8_K it is the activation quantizer; float types and those ignore
+// the importance.
+RefQuantizeFn ref_weight_quantizer(Type t);
 
 // Row quantizers that reproduce llama.cpp's activation quantization bit for bit (see
 // quant_ref.cpp for which llama.cpp code path each one follows). Exposed for the tests and as the

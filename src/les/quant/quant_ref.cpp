@@ -1,5 +1,6 @@
 // Scalar reference kernels for every supported type: dequantization, reference-quality weight
-// quantization, llama.cpp-exact activation quantization and dot products.
+// quantization (optionally importance-weighted), llama.cpp-exact activation quantization and dot
+// products.
 //
 // Layouts are llama.cpp's (see blocks.h). The dot products follow the integer/float evaluation
 // order of llama.cpp's generic (scalar) kernels: exact integer sums per block or sub-block, then
@@ -299,6 +300,39 @@ void dequant_q6_K(const void* vx, float* y, int64_t n) {
   }
 }
 
+void dequant_iq4_nl(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const block_iq4_nl_u*>(vx);
+  for (int64_t i = 0; i < n / QK4_NL; ++i, y += QK4_NL) {
+    const float d = h2f(x[i].d);
+    for (int j = 0; j < QK4_NL / 2; ++j) {
+      y[j] = d * static_cast<float>(kIq4nlValues[x[i].qs[j] & 0x0f]);
+      y[j + QK4_NL / 2] = d * static_cast<float>(kIq4nlValues[x[i].qs[j] >> 4]);
+    }
+  }
+}
+
+// Signed scale ls - 32 of sub-block ib (0..7) of an IQ4_XS block.
+inline int iq4xs_scale(const block_iq4_xs_u& b, int ib) {
+  const int lo = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+  const int hi = (b.scales_h >> (2 * ib)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+void dequant_iq4_xs(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const block_iq4_xs_u*>(vx);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = h2f(x[i].d);
+    for (int ib = 0; ib < QK_K / 32; ++ib, y += 32) {
+      const float dl = d * static_cast<float>(iq4xs_scale(x[i], ib));
+      const uint8_t* qs = x[i].qs + 16 * ib;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0x0f]);
+        y[j + 16] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
+      }
+    }
+  }
+}
+
 void dequant_q8_K(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const block_q8_K_u*>(vx);
   for (int64_t i = 0; i < n / QK_K; ++i) {
@@ -330,8 +364,9 @@ void quant_bf16(const float* x, void* vy, int64_t n) {
 // d*L + m (types with a min), with integer levels L, minimising the weighted squared error
 // sum w_i (x_i - x^_i)^2. We try a range of inverse scales, fit d (and m) by weighted least
 // squares for the levels each one gives, keep the best, and polish by re-rounding against the
-// fitted scale. The importance weights w_i = rms(group) + |x_i| favour large values a little, as
-// llama.cpp's K-quant quantizers do. Super-block scales are then rounded to fp16 first
+// fitted scale. Without an importance vector the weights w_i = rms(group) + |x_i| favour large
+// values a little, as llama.cpp's K-quant quantizers do; with one, w_i = imp_i * sqrt(sigma2 +
+// x_i^2) (group_weights). Super-block scales are then rounded to fp16 first
 // (fit_scale: never to zero, never so low that the largest sub-block scale overflows its integer
 // range), the integer sub-block scales are taken relative to the rounded value so they absorb
 // the fp16 rounding, and each sub-block scale (and min) is chosen among its neighbouring
@@ -345,6 +380,38 @@ void importance(int n, const float* x, float* w) {
   const float rms = static_cast<float>(std::sqrt(s2 / n));
   for (int i = 0; i < n; ++i) w[i] = rms + std::fabs(x[i]);
 }
+
+// Mean of x_i^2 over n elements (sigma2 of group_weights: taken over the row for the 32-element
+// block types, over the super-block for the 256-element ones).
+float mean_square(int64_t n, const float* x) {
+  double s2 = 0;
+  for (int64_t i = 0; i < n; ++i) s2 += static_cast<double>(x[i]) * x[i];
+  return n > 0 ? static_cast<float>(s2 / static_cast<double>(n)) : 0.0f;
+}
+
+// Whether an importance vector imp[n] (may be nullptr) says anything: some element is > 0.
+bool informative(int n, const float* imp) {
+  for (int i = 0; imp && i < n; ++i) {
+    if (imp[i] > 0) return true;
+  }
+  return false;
+}
+
+// Fitting weights w[n] of a group. With an importance vector imp[n] (per-element, >= 0) that is
+// not all zero over the group: w_i = imp_i * sqrt(sigma2 + x_i^2), llama.cpp's weighting of an
+// importance matrix (sigma2 keeps some weight on the small values). Otherwise (imp == nullptr, or
+// nothing in the group matters, where any fit is as good as another) the unweighted default,
+// importance() above, so that results without importance are those of the plain quantizer.
+void group_weights(int n, const float* x, const float* imp, float sigma2, float* w) {
+  if (!informative(n, imp)) {
+    importance(n, x, w);
+    return;
+  }
+  for (int i = 0; i < n; ++i) w[i] = imp[i] * std::sqrt(sigma2 + x[i] * x[i]);
+}
+
+// The importance of group g of `size` elements, or nullptr without importance.
+inline const float* imp_at(const float* imp, int64_t g, int64_t size) { return imp ? imp + g * size : nullptr; }
 
 // Symmetric fit: x ~ d * L, L in [lo, hi]. Returns d (0 with L = 0 for an all-zero group).
 float fit_sym(int n, const float* x, const float* w, int lo, int hi, int* L) {
@@ -459,11 +526,11 @@ void requant_sym(int n, const float* x, float d, int lo, int hi, int* L) {
 
 // Legacy symmetric types: one fp16 scale per 32 elements, L in [lo, hi] stored as L - lo.
 template <int kBits>
-void quant_legacy_sym(const float* x, half_bits* d_out, int* U) {
+void quant_legacy_sym(const float* x, const float* imp, float sigma2, half_bits* d_out, int* U) {
   constexpr int lo = -(1 << (kBits - 1)), hi = (1 << (kBits - 1)) - 1;
   float w[32];
   int L[32];
-  importance(32, x, w);
+  group_weights(32, x, imp, sigma2, w);
   const float d = fit_sym(32, x, w, lo, hi, L);
   *d_out = f2h_sat(d);
   if (fp16_to_f32(*d_out) == 0 && d != 0) *d_out = fit_scale(d, 1);  // underflow: keep a step
@@ -473,10 +540,11 @@ void quant_legacy_sym(const float* x, half_bits* d_out, int* U) {
 
 // Legacy affine types: fp16 scale d and fp16 min m per 32 elements, x = d*L + m.
 template <int kBits>
-void quant_legacy_affine(const float* x, half_bits* d_out, half_bits* m_out, int* U) {
+void quant_legacy_affine(const float* x, const float* imp, float sigma2, half_bits* d_out, half_bits* m_out,
+                         int* U) {
   constexpr int nmax = (1 << kBits) - 1;
   float w[32];
-  importance(32, x, w);
+  group_weights(32, x, imp, sigma2, w);
   float m = 0;
   const float d = fit_affine(32, x, w, nmax, U, &m, false);
   *d_out = f2h_sat(d);
@@ -486,20 +554,22 @@ void quant_legacy_affine(const float* x, half_bits* d_out, half_bits* m_out, int
   for (int j = 0; j < 32; ++j) U[j] = dh > 0 ? qround((x[j] - mh) / dh, 0, nmax) : 0;
 }
 
-void qref_q4_0(const float* x, void* vy, int64_t n) {
+void qref_q4_0(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q4_0_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
   for (int64_t i = 0; i < n / QK4_0; ++i, x += QK4_0) {
     int U[32];
-    quant_legacy_sym<4>(x, &y[i].d, U);
+    quant_legacy_sym<4>(x, imp_at(imp, i, QK4_0), sigma2, &y[i].d, U);
     for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(U[j] | (U[j + 16] << 4));
   }
 }
 
-void qref_q4_1(const float* x, void* vy, int64_t n) {
+void qref_q4_1(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q4_1_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
   for (int64_t i = 0; i < n / QK4_1; ++i, x += QK4_1) {
     int U[32];
-    quant_legacy_affine<4>(x, &y[i].d, &y[i].m, U);
+    quant_legacy_affine<4>(x, imp_at(imp, i, QK4_1), sigma2, &y[i].d, &y[i].m, U);
     for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(U[j] | (U[j + 16] << 4));
   }
 }
@@ -513,49 +583,79 @@ void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
   for (int e = 0; e < 32; ++e) qh[e / 8] |= static_cast<uint8_t>(((U[e] >> 4) & 1) << (e % 8));
 }
 
-void qref_q5_0(const float* x, void* vy, int64_t n) {
+void qref_q5_0(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q5_0_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
   for (int64_t i = 0; i < n / QK5_0; ++i, x += QK5_0) {
     int U[32];
-    quant_legacy_sym<5>(x, &y[i].d, U);
+    quant_legacy_sym<5>(x, imp_at(imp, i, QK5_0), sigma2, &y[i].d, U);
     pack_q5(U, y[i].qs, y[i].qh);
   }
 }
 
-void qref_q5_1(const float* x, void* vy, int64_t n) {
+void qref_q5_1(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q5_1_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
   for (int64_t i = 0; i < n / QK5_1; ++i, x += QK5_1) {
     int U[32];
-    quant_legacy_affine<5>(x, &y[i].d, &y[i].m, U);
+    quant_legacy_affine<5>(x, imp_at(imp, i, QK5_1), sigma2, &y[i].d, &y[i].m, U);
     pack_q5(U, y[i].qs, y[i].qh);
   }
+}
+
+// Weighted squared error sum w_i (x_i - d * L_i)^2 of a symmetric group at the stored scale d.
+double sym_error(int n, const float* x, const float* w, float d, const int* L) {
+  double err = 0;
+  for (int i = 0; i < n; ++i) {
+    const double r = static_cast<double>(d * static_cast<float>(L[i])) - x[i];
+    err += w[i] * r * r;
+  }
+  return err;
 }
 
 // Q8_0 weights: d = amax / 127 rounded to fp16 first (fit_scale), then q = round(x / d) against
 // the stored scale (llama.cpp's quantize_row_q8_0_ref divides by the unrounded scale instead).
-void qref_q8_0(const float* x, void* vy, int64_t n) {
+// With importance, the weighted fit (fit_sym) competes with that scale; the lower weighted error
+// at the stored scale wins.
+void qref_q8_0(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q8_0_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
   for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
     float amax = 0;
     for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
     y[i].d = fit_scale(amax, 127);
     const float d = h2f(y[i].d);
-    for (int j = 0; j < QK8_0; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(d != 0 ? qround(x[j] / d, -127, 127) : 0);
+    int L[QK8_0];
+    requant_sym(QK8_0, x, d, -127, 127, L);
+    if (informative(QK8_0, imp_at(imp, i, QK8_0))) {
+      float w[QK8_0];
+      int Lw[QK8_0];
+      group_weights(QK8_0, x, imp_at(imp, i, QK8_0), sigma2, w);
+      const float dw = fit_sym(QK8_0, x, w, -127, 127, Lw);
+      half_bits hw = f2h_sat(dw);
+      if (fp16_to_f32(hw) == 0 && dw != 0) hw = fit_scale(dw, 1);
+      requant_sym(QK8_0, x, h2f(hw), -127, 127, Lw);
+      if (sym_error(QK8_0, x, w, h2f(hw), Lw) < sym_error(QK8_0, x, w, d, L)) {
+        y[i].d = hw;
+        std::copy(Lw, Lw + QK8_0, L);
+      }
     }
+    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(L[j]);
   }
 }
 
 // Affine K-quants (Q2_K, Q4_K, Q5_K): groups of G elements, levels [0, nmax], integer scales and
 // mins in [0, smax] relative to the fp16 super-scales d and dmin; x^ = (d*sc)*L - (dmin*mn).
 // Outputs the levels U[256], integer scales sc[256/G], mins mn[256/G] and the two fp16 scales.
+// imp: the super-block's importance [256] or nullptr.
 template <int G>
-void quant_k_affine(const float* x, int nmax, int smax, int* U, int* sc, int* mn, half_bits* d_out,
-                    half_bits* dmin_out) {
+void quant_k_affine(const float* x, const float* imp, int nmax, int smax, int* U, int* sc, int* mn,
+                    half_bits* d_out, half_bits* dmin_out) {
   constexpr int NG = QK_K / G;
   float wt[QK_K], scale[NG], minv[NG];
+  const float sigma2 = imp ? mean_square(QK_K, x) : 0.0f;
   for (int g = 0; g < NG; ++g) {
-    importance(G, x + G * g, wt + G * g);
+    group_weights(G, x + G * g, imp_at(imp, g, G), sigma2, wt + G * g);
     float m = 0;
     scale[g] = fit_affine(G, x + G * g, wt + G * g, nmax, U + G * g, &m, true);
     minv[g] = -m;
@@ -594,13 +694,15 @@ void quant_k_affine(const float* x, int nmax, int smax, int* U, int* sc, int* mn
 
 // Symmetric K-quants (Q3_K, Q6_K): groups of 16, levels [lo, hi], signed integer scales in
 // [slo, shi] relative to the fp16 super-scale d (the largest group scale maps to slo).
-void quant_k_sym(const float* x, int lo, int hi, int slo, int shi, int* L, int* sc,
+// imp: the super-block's importance [256] or nullptr.
+void quant_k_sym(const float* x, const float* imp, int lo, int hi, int slo, int shi, int* L, int* sc,
                  half_bits* d_out) {
   constexpr int G = 16, NG = QK_K / G;
   float wt[QK_K], scale[NG];
   float max_scale = 0, amax = 0;
+  const float sigma2 = imp ? mean_square(QK_K, x) : 0.0f;
   for (int g = 0; g < NG; ++g) {
-    importance(G, x + G * g, wt + G * g);
+    group_weights(G, x + G * g, imp_at(imp, g, G), sigma2, wt + G * g);
     scale[g] = fit_sym(G, x + G * g, wt + G * g, lo, hi, L + G * g);
     if (std::fabs(scale[g]) > amax) {
       amax = std::fabs(scale[g]);
@@ -643,21 +745,21 @@ void pack_2bit(const int* U, uint8_t* qs) {
   }
 }
 
-void qref_q2_K(const float* x, void* vy, int64_t n) {
+void qref_q2_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q2_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[16], mn[16];
-    quant_k_affine<16>(x, 3, 15, U, sc, mn, &y[i].d, &y[i].dmin);
+    quant_k_affine<16>(x, imp_at(imp, i, QK_K), 3, 15, U, sc, mn, &y[i].d, &y[i].dmin);
     for (int g = 0; g < 16; ++g) y[i].scales[g] = static_cast<uint8_t>(sc[g] | (mn[g] << 4));
     pack_2bit(U, y[i].qs);
   }
 }
 
-void qref_q3_K(const float* x, void* vy, int64_t n) {
+void qref_q3_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q3_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int L[QK_K], sc[16];
-    quant_k_sym(x, -4, 3, -32, 31, L, sc, &y[i].d);
+    quant_k_sym(x, imp_at(imp, i, QK_K), -4, 3, -32, 31, L, sc, &y[i].d);
     pack_scales_q3k(sc, y[i].scales);
     int U[QK_K];
     std::memset(y[i].hmask, 0, sizeof(y[i].hmask));
@@ -669,11 +771,11 @@ void qref_q3_K(const float* x, void* vy, int64_t n) {
   }
 }
 
-void qref_q4_K(const float* x, void* vy, int64_t n) {
+void qref_q4_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q4_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[8], mn[8];
-    quant_k_affine<32>(x, 15, 63, U, sc, mn, &y[i].d, &y[i].dmin);
+    quant_k_affine<32>(x, imp_at(imp, i, QK_K), 15, 63, U, sc, mn, &y[i].d, &y[i].dmin);
     uint8_t sc8[8], mn8[8];
     for (int g = 0; g < 8; ++g) {
       sc8[g] = static_cast<uint8_t>(sc[g]);
@@ -688,11 +790,11 @@ void qref_q4_K(const float* x, void* vy, int64_t n) {
   }
 }
 
-void qref_q5_K(const float* x, void* vy, int64_t n) {
+void qref_q5_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q5_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int U[QK_K], sc[8], mn[8];
-    quant_k_affine<32>(x, 31, 63, U, sc, mn, &y[i].d, &y[i].dmin);
+    quant_k_affine<32>(x, imp_at(imp, i, QK_K), 31, 63, U, sc, mn, &y[i].d, &y[i].dmin);
     uint8_t sc8[8], mn8[8];
     for (int g = 0; g < 8; ++g) {
       sc8[g] = static_cast<uint8_t>(sc[g]);
@@ -710,11 +812,11 @@ void qref_q5_K(const float* x, void* vy, int64_t n) {
   }
 }
 
-void qref_q6_K(const float* x, void* vy, int64_t n) {
+void qref_q6_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q6_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int L[QK_K], sc[16];
-    quant_k_sym(x, -32, 31, -128, 127, L, sc, &y[i].d);
+    quant_k_sym(x, imp_at(imp, i, QK_K), -32, 31, -128, 127, L, sc, &y[i].d);
     for (int g = 0; g < 16; ++g) y[i].scales[g] = static_cast<int8_t>(sc[g]);
     std::memset(y[i].qh, 0, sizeof(y[i].qh));
     for (int e = 0; e < QK_K; ++e) {
@@ -728,6 +830,160 @@ void qref_q6_K(const float* x, void* vy, int64_t n) {
       }
       y[i].qh[32 * h + l] |= static_cast<uint8_t>((u >> 4) << (2 * k));
     }
+  }
+}
+
+// Non-linear 4-bit types (IQ4_NL, IQ4_XS): x ~ d * V[c] with V = kIq4nlValues and 4-bit codes c.
+// The group fit is fit_sym's with the codebook in place of the integer levels: candidate inverse
+// scales put the group's largest-magnitude element near either end of the codebook (-127 or
+// +113; the codebook is not symmetric, so the sign of d matters), codes are the nearest values,
+// d is the weighted least-squares scale for those codes, the best is kept and polished.
+
+// Index of the codebook value nearest to v (the lower one on a tie); a NaN gives 0. Counts the
+// midpoints between consecutive values that v exceeds (no branches: the compiler vectorises it).
+inline int nearest_iq4(float v) {
+  static constexpr float kMid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                     7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+  int c = 0;
+  for (float m : kMid) c += v > m;
+  return c;
+}
+
+constexpr int kIq4ZeroCode = 8;  // the code of an all-zero group (value 1, times d = 0)
+
+// Codebook fit of a group: returns d (0 for an all-zero group) and the codes C.
+float fit_iq4(int n, const float* x, const float* w, int* C) {
+  float amax = 0, mx = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      mx = x[i];
+    }
+  }
+  if (amax == 0) {
+    std::fill(C, C + n, kIq4ZeroCode);
+    return 0.0f;
+  }
+  int Ct[kMaxGroup];
+  double best_gain = -1, best_d = 0;
+  auto try_iscale = [&](float iscale) {
+    double svx = 0, svv = 0;
+    for (int i = 0; i < n; ++i) {
+      const int c = nearest_iq4(iscale * x[i]);
+      const double v = kIq4nlValues[c];
+      Ct[i] = c;
+      svx += static_cast<double>(w[i]) * x[i] * v;
+      svv += static_cast<double>(w[i]) * v * v;
+    }
+    if (svv > 0 && svx * svx > best_gain * svv) {
+      best_gain = svx * svx / svv;
+      best_d = svx / svv;
+      std::copy(Ct, Ct + n, C);
+      return true;
+    }
+    return false;
+  };
+  for (int k = -10; k <= 10; ++k) {
+    try_iscale(static_cast<float>(kIq4nlValues[0] + k) / mx);
+    try_iscale(static_cast<float>(kIq4nlValues[15] + k) / mx);
+  }
+  for (int it = 0; it < 4 && best_d != 0; ++it) {
+    if (!try_iscale(static_cast<float>(1.0 / best_d))) break;
+  }
+  return static_cast<float>(best_d);
+}
+
+// Codes of a group for the final (stored) scale d.
+void requant_iq4(int n, const float* x, float d, int* C) {
+  for (int i = 0; i < n; ++i) C[i] = d != 0 ? nearest_iq4(x[i] / d) : kIq4ZeroCode;
+}
+
+// Weighted squared error of a group's codes C at scale d, evaluated as the dequantizer does.
+double iq4_error(int n, const float* x, const float* w, float d, const int* C) {
+  double err = 0;
+  for (int i = 0; i < n; ++i) {
+    const double r = static_cast<double>(d * static_cast<float>(kIq4nlValues[C[i]])) - x[i];
+    err += w[i] * r * r;
+  }
+  return err;
+}
+
+// Codes of 32 elements into 16 bytes: element j in the low nibble of qs[j], j + 16 in the high.
+void pack_iq4_32(const int* C, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(C[j] | (C[j + 16] << 4));
+}
+
+// IQ4_NL: one fp16 scale per 32 elements.
+void qref_iq4_nl(const float* x, void* vy, int64_t n, const float* imp) {
+  auto* y = static_cast<block_iq4_nl_u*>(vy);
+  const float sigma2 = imp ? mean_square(n, x) : 0.0f;
+  for (int64_t i = 0; i < n / QK4_NL; ++i, x += QK4_NL) {
+    float w[QK4_NL];
+    int C[QK4_NL];
+    group_weights(QK4_NL, x, imp_at(imp, i, QK4_NL), sigma2, w);
+    const float d = fit_iq4(QK4_NL, x, w, C);
+    half_bits dh = f2h_sat(d);
+    if (fp16_to_f32(dh) == 0 && d != 0) dh = fit_scale(d, 1);  // underflow: keep a step
+    y[i].d = dh;
+    requant_iq4(QK4_NL, x, h2f(dh), C);
+    pack_iq4_32(C, y[i].qs);
+  }
+}
+
+// IQ4_XS: 8 groups of 32 with signed 6-bit scales s in [-32, 31] relative to the fp16 super-scale
+// (the largest group scale maps to -32, as in quant_k_sym); each group's s is chosen among the
+// neighbours of its fitted value by the weighted error of the final codes.
+void qref_iq4_xs(const float* x, void* vy, int64_t n, const float* imp) {
+  constexpr int G = 32, NG = QK_K / G;
+  auto* y = static_cast<block_iq4_xs_u*>(vy);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    const float* ib = imp_at(imp, i, QK_K);
+    const float sigma2 = ib ? mean_square(QK_K, x) : 0.0f;
+    float wt[QK_K], scale[NG];
+    int C[QK_K];
+    float max_scale = 0, amax = 0;
+    for (int g = 0; g < NG; ++g) {
+      group_weights(G, x + G * g, imp_at(ib, g, G), sigma2, wt + G * g);
+      scale[g] = fit_iq4(G, x + G * g, wt + G * g, C + G * g);
+      if (std::fabs(scale[g]) > amax) {
+        amax = std::fabs(scale[g]);
+        max_scale = scale[g];
+      }
+    }
+    y[i].d = fit_scale(max_scale, -32);
+    const float D = h2f(y[i].d);
+    int Ct[G];
+    int sc[NG];
+    for (int g = 0; g < NG; ++g) {
+      const float* xg = x + G * g;
+      const float* wg = wt + G * g;
+      const int s0 = D != 0 ? qround(scale[g] / D, -32, 31) : 0;
+      double best = std::numeric_limits<double>::infinity();
+      sc[g] = s0;
+      if (scale[g] == 0) {  // all-zero group: scale 0 (there is no zero code to use instead)
+        std::fill(C + G * g, C + G * g + G, kIq4ZeroCode);
+        continue;
+      }
+      for (int s = std::max(-32, s0 - 1); s <= std::min(31, s0 + 1); ++s) {
+        const float dl = D * static_cast<float>(s);
+        requant_iq4(G, xg, dl, Ct);
+        const double err = iq4_error(G, xg, wg, dl, Ct);
+        if (err < best) {
+          best = err;
+          sc[g] = s;
+          std::copy(Ct, Ct + G, C + G * g);
+        }
+      }
+    }
+    std::memset(y[i].scales_l, 0, sizeof(y[i].scales_l));
+    uint16_t sh = 0;
+    for (int g = 0; g < NG; ++g) {
+      const int ls = sc[g] + 32;  // 0..63
+      y[i].scales_l[g / 2] |= static_cast<uint8_t>((ls & 0x0f) << (4 * (g % 2)));
+      sh = static_cast<uint16_t>(sh | ((ls >> 4) << (2 * g)));
+    }
+    y[i].scales_h = sh;
+    for (int g = 0; g < NG; ++g) pack_iq4_32(C + G * g, y[i].qs + 16 * g);
   }
 }
 
@@ -928,6 +1184,46 @@ float dot_q6_K(int64_t n, const void* vw, const void* va) {
   return sumf;
 }
 
+// IQ4_NL x Q8_0: per block the two half sums, then d_a * d_w times their sum.
+float dot_iq4_nl(int64_t n, const void* vw, const void* va) {
+  const auto* x = static_cast<const block_iq4_nl_u*>(vw);
+  const auto* y = static_cast<const block_q8_0_u*>(va);
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK4_NL; ++i) {
+    const float d = h2f(y[i].d) * h2f(x[i].d);
+    int sumi1 = 0, sumi2 = 0;
+    for (int j = 0; j < QK4_NL / 2; ++j) {
+      sumi1 += y[i].qs[j] * kIq4nlValues[x[i].qs[j] & 0x0f];
+      sumi2 += y[i].qs[j + QK4_NL / 2] * kIq4nlValues[x[i].qs[j] >> 4];
+    }
+    sumf += d * static_cast<float>(sumi1 + sumi2);
+  }
+  return sumf;
+}
+
+// IQ4_XS x Q8_K: per sub-block of 32 an integer sum, scaled by (d_w * d_a) * (ls - 32) in float
+// and added in sub-block order.
+float dot_iq4_xs(int64_t n, const void* vw, const void* va) {
+  const auto* x = static_cast<const block_iq4_xs_u*>(vw);
+  const auto* y = static_cast<const block_q8_K_u*>(va);
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d4d8 = h2f(x[i].d) * y[i].d;
+    for (int ib = 0; ib < QK_K / 32; ++ib) {
+      const float dl = d4d8 * static_cast<float>(iq4xs_scale(x[i], ib));
+      const uint8_t* qs = x[i].qs + 16 * ib;
+      const int8_t* q8 = y[i].qs + 32 * ib;
+      int sumi1 = 0, sumi2 = 0;
+      for (int j = 0; j < 16; ++j) {
+        sumi1 += q8[j] * kIq4nlValues[qs[j] & 0x0f];
+        sumi2 += q8[j + 16] * kIq4nlValues[qs[j] >> 4];
+      }
+      sumf += dl * static_cast<float>(sumi1 + sumi2);
+    }
+  }
+  return sumf;
+}
+
 inline int tid(Type t) { return static_cast<int>(t); }
 
 }  // namespace
@@ -1004,23 +1300,35 @@ void quantize_row_q8_K_act(const float* x, void* vy, int64_t n) {
   }
 }
 
-QuantizeFn ref_weight_quantizer(Type t) {
+namespace {
+
+// Quantizers without a use for importance (float conversions, activation types).
+template <QuantizeFn F>
+void ignoring_importance(const float* x, void* y, int64_t n, const float*) {
+  F(x, y, n);
+}
+
+}  // namespace
+
+RefQuantizeFn ref_weight_quantizer(Type t) {
   switch (t) {
-    case Type::F32: return quant_f32;
-    case Type::F16: return quant_f16;
-    case Type::BF16: return quant_bf16;
+    case Type::F32: return ignoring_importance<quant_f32>;
+    case Type::F16: return ignoring_importance<quant_f16>;
+    case Type::BF16: return ignoring_importance<quant_bf16>;
     case Type::Q4_0: return qref_q4_0;
     case Type::Q4_1: return qref_q4_1;
     case Type::Q5_0: return qref_q5_0;
     case Type::Q5_1: return qref_q5_1;
     case Type::Q8_0: return qref_q8_0;
-    case Type::Q8_1: return quantize_row_q8_1_act;
+    case Type::Q8_1: return ignoring_importance<quantize_row_q8_1_act>;
     case Type::Q2_K: return qref_q2_K;
     case Type::Q3_K: return qref_q3_K;
     case Type::Q4_K: return qref_q4_K;
     case Type::Q5_K: return qref_q5_K;
     case Type::Q6_K: return qref_q6_K;
-    case Type::Q8_K: return quantize_row_q8_K_act;
+    case Type::Q8_K: return ignoring_importance<quantize_row_q8_K_act>;
+    case Type::IQ4_NL: return qref_iq4_nl;
+    case Type::IQ4_XS: return qref_iq4_xs;
     default: return nullptr;
   }
 }
@@ -1041,6 +1349,8 @@ void fill_kernel_table_scalar(KernelTable& t) {
   t.dequantize[tid(Type::Q5_K)] = dequant_q5_K;
   t.dequantize[tid(Type::Q6_K)] = dequant_q6_K;
   t.dequantize[tid(Type::Q8_K)] = dequant_q8_K;
+  t.dequantize[tid(Type::IQ4_NL)] = dequant_iq4_nl;
+  t.dequantize[tid(Type::IQ4_XS)] = dequant_iq4_xs;
 
   // Activation quantizers (the fast path); weight types go through quantize_row_ref.
   t.quantize[tid(Type::F32)] = quant_f32;
@@ -1063,6 +1373,8 @@ void fill_kernel_table_scalar(KernelTable& t) {
   t.vec_dot[tid(Type::Q4_K)] = dot_q45_K<false>;
   t.vec_dot[tid(Type::Q5_K)] = dot_q45_K<true>;
   t.vec_dot[tid(Type::Q6_K)] = dot_q6_K;
+  t.vec_dot[tid(Type::IQ4_NL)] = dot_iq4_nl;
+  t.vec_dot[tid(Type::IQ4_XS)] = dot_iq4_xs;
 }
 
 }  // namespace les

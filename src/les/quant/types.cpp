@@ -30,6 +30,8 @@ constexpr Entry kTypes[] = {
     {13, {"q5_K", QK_K, sizeof(block_q5_K), true}},
     {14, {"q6_K", QK_K, sizeof(block_q6_K), true}},
     {15, {"q8_K", QK_K, sizeof(block_q8_K), false}},
+    {20, {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), true}},
+    {23, {"iq4_xs", QK_K, sizeof(block_iq4_xs), true}},
     {24, {"i8", 1, 1, false}},
     {25, {"i16", 1, 2, false}},
     {26, {"i32", 1, 4, false}},

@@ -29,6 +29,13 @@ double rms_0_to(int n) {
 // Standard deviation of a uniform code over 0..n-1 about its mean (n - 1) / 2.
 double sd_uniform(int n) { return std::sqrt((static_cast<double>(n) * n - 1.0) / 12.0); }
 
+// Root mean square of the 16 IQ4_NL / IQ4_XS codebook values.
+double rms_iq4_values() {
+  double s = 0;
+  for (int8_t v : kIq4nlValues) s += static_cast<double>(v) * v;
+  return std::sqrt(s / 16);
+}
+
 // Random bytes.
 void random_bytes(Rng& rng, uint8_t* p, size_t n) {
   size_t i = 0;
@@ -278,6 +285,39 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
           lb |= static_cast<uint8_t>(k < 2 ? (q & 0xF) : ((q & 0xF) << 4));
           b[i].qh[32 * hh + l] |= static_cast<uint8_t>((q >> 4) << (2 * k));
         }
+      }
+      return;
+    }
+    case Type::IQ4_NL: {
+      // x = +-d * V[c], c uniform over the 16 codebook values (not symmetric about zero, so the
+      // sign of d is random per block).
+      static const double sd = rms_iq4_values();
+      auto* b = reinterpret_cast<block_iq4_nl*>(out);
+      const uint16_t d = h(sigma / sd);
+      Bits bits{rng};
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = bits.take(1) ? static_cast<uint16_t>(d ^ 0x8000) : d;
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::IQ4_XS: {
+      // x = d * (+-16) * V[c]: sub-block scales ls - 32 = +-16 at random, c uniform.
+      static const double sd = 16.0 * rms_iq4_values();
+      auto* b = reinterpret_cast<block_iq4_xs*>(out);
+      const uint16_t d = h(sigma / sd);
+      Bits bits{rng};
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = d;
+        uint16_t sh = 0;
+        std::memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+          const int ls = bits.take(1) ? 32 + 16 : 32 - 16;
+          b[i].scales_l[ib / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (ib % 2)));
+          sh = static_cast<uint16_t>(sh | ((ls >> 4) << (2 * ib)));
+        }
+        b[i].scales_h = sh;
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
       }
       return;
     }
