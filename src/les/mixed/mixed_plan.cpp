@@ -19,7 +19,6 @@ double MixedRecipe::total_bpw() const {
 
 namespace {
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // Bytes of recipe metadata for n groups (an upper estimate of the JSON written for them).
 uint64_t recipe_bytes_estimate(size_t n_groups) { return 512 + 128 * static_cast<uint64_t>(n_groups); }

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <memory>
 
 #include "les/quality/token_compare.h"
-#include "les/quality/window_eval.h"
+#include "les/model/context.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 #include "les/util/mapped_file.h"
@@ -79,33 +81,96 @@ std::vector<CandidateResult> candidates_of(const TensorGroup& g, const Sensitivi
 
 }  // namespace
 
+namespace {
+
+// The calibration windows with what the base model computed for them: the input of every layer
+// (so a measurement can start at the first layer its group changes) and the logits of every
+// position.
+class CalibrationSet {
+ public:
+  CalibrationSet(const Model& model, std::span<const int32_t> tokens, const SensitivityOptions& opt)
+      : model_(model), n_ctx_(opt.n_ctx) {
+    const ModelConfig& c = model.config();
+    const int64_t avail = static_cast<int64_t>(tokens.size()) / opt.n_ctx;
+    if (avail < 1) {
+      throw Error(strfmt("calibration text has %zu tokens, fewer than one window of %d", tokens.size(), opt.n_ctx));
+    }
+    n_windows_ = static_cast<int>(std::min<int64_t>(avail, std::max(1, opt.n_windows)));
+    ContextParams cp;
+    cp.n_ctx = opt.n_ctx;
+    cp.n_batch = opt.n_ctx;
+    cp.n_threads = opt.n_threads;
+    ctx_ = std::make_unique<Context>(model, cp);
+    const size_t E = static_cast<size_t>(c.n_embd), V = static_cast<size_t>(c.n_vocab), T = static_cast<size_t>(n_ctx_);
+    for (int w = 0; w < n_windows_; ++w) {
+      windows_.push_back(tokens.subspan(static_cast<size_t>(w) * T, T));
+      // inputs_[w][l]: input of layer l (l = n_layer: of the output head).
+      std::vector<std::vector<float>> in(static_cast<size_t>(c.n_layer) + 1);
+      ctx_->set_observer([&](int layer, const char* name, const float* x, int64_t n_tok, int64_t width) {
+        if (layer >= 0 && std::strcmp(name, "l_out") == 0) {
+          in[static_cast<size_t>(layer) + 1].assign(x, x + n_tok * width);
+        }
+      });
+      ctx_->rollback(0);
+      ctx_->eval(windows_.back(), true);
+      ctx_->set_observer({});
+      inputs_.push_back(std::move(in));
+      for (size_t j = 0; j + 1 < T; ++j) {
+        base_.insert(base_.end(), ctx_->logits(static_cast<int>(j)), ctx_->logits(static_cast<int>(j)) + V);
+      }
+      (void)E;
+    }
+  }
+
+  int n_positions() const { return n_windows_ * (n_ctx_ - 1); }
+
+  // Mean KL divergence (base || model as it is now) over every calibration position, evaluating
+  // from first_layer on (0: from the embeddings).
+  double mean_kld(int first_layer) {
+    const int n_vocab = model_.config().n_vocab;
+    double sum = 0;
+    size_t i = 0;
+    for (int w = 0; w < n_windows_; ++w) {
+      ctx_->rollback(0);
+      if (first_layer <= 0) {
+        ctx_->eval(windows_[static_cast<size_t>(w)], true);
+      } else {
+        ctx_->eval_from_layer(windows_[static_cast<size_t>(w)], first_layer,
+                              inputs_[static_cast<size_t>(w)][static_cast<size_t>(first_layer)].data());
+      }
+      const auto& win = windows_[static_cast<size_t>(w)];
+      for (int j = 0; j + 1 < n_ctx_; ++j, ++i) {
+        sum += quality::compare_logits(base_.data() + i * static_cast<size_t>(n_vocab), ctx_->logits(j), n_vocab,
+                                       win[static_cast<size_t>(j) + 1])
+                   .kld;
+      }
+    }
+    ctx_->rollback(0);
+    return i > 0 ? sum / static_cast<double>(i) : 0.0;
+  }
+
+ private:
+  const Model& model_;
+  int n_ctx_ = 0, n_windows_ = 0;
+  std::unique_ptr<Context> ctx_;
+  std::vector<std::span<const int32_t>> windows_;
+  std::vector<std::vector<std::vector<float>>> inputs_;  // [window][layer][n_ctx][n_embd]
+  std::vector<float> base_;                              // [position][n_vocab]
+};
+
+}  // namespace
+
 SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> calib_tokens,
                                       const std::vector<TensorGroup>& groups, const ImportanceFn& importance,
                                       const SensitivityOptions& opt, const SensitivityProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const gguf::File& f = model.gguf();
   const MappedFile map = MappedFile::open(model.path());
-  const int n_vocab = model.config().n_vocab;
   ThreadPool pool(std::max(1, opt.n_threads));
-
-  quality::WindowOptions wo;
-  wo.n_ctx = opt.n_ctx;
-  wo.first = 1;
-  wo.max_windows = opt.n_windows;
-  wo.n_threads = opt.n_threads;
-  if (static_cast<int64_t>(calib_tokens.size()) < opt.n_ctx) {
-    throw Error(strfmt("calibration text has %zu tokens, fewer than one window of %d", calib_tokens.size(), opt.n_ctx));
-  }
-
-  // The base model's logits at every scored calibration position.
-  std::vector<float> base;
-  std::vector<int32_t> next;
-  quality::eval_windows(model, calib_tokens, wo, [&](int, int, int32_t tok, const float* logits) {
-    base.insert(base.end(), logits, logits + n_vocab);
-    next.push_back(tok);
-  });
+  if (opt.n_ctx < 2) throw Error("calibration windows need at least 2 tokens");
+  CalibrationSet calib(model, calib_tokens, opt);
   SensitivityReport rep;
-  rep.n_tokens = static_cast<int>(next.size());
+  rep.n_tokens = calib.n_positions();
 
   // Weighted errors and the candidates worth measuring.
   for (const TensorGroup& g : groups) {
@@ -142,8 +207,13 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
   for (const auto& gs : rep.groups) {
     for (const auto& c : gs.candidates) total += c.keep ? 0 : 1;
   }
+  const int n_layer = model.config().n_layer;
   int done = 0;
   for (GroupSensitivity& gs : rep.groups) {
+    // The first layer whose computation the group changes: its own; the output head runs after
+    // every layer; the embeddings (and anything unknown) need the whole pass.
+    int first_layer = gs.group.layer >= 0 && gs.group.layer < n_layer ? gs.group.layer : 0;
+    if (gs.group.layer < 0 && gs.group.kind == "output") first_layer = n_layer;
     for (CandidateResult& c : gs.candidates) {
       if (c.keep) continue;
       if (progress) progress(done, total, gs.group.id() + " as " + type_name(c.type));
@@ -155,14 +225,8 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
                      importance, pool);
         model.replace_tensor(t.name, c.type, std::move(q));
       }
-      double sum = 0;
-      size_t i = 0;
-      quality::eval_windows(model, calib_tokens, wo, [&](int, int, int32_t tok, const float* logits) {
-        sum += quality::compare_logits(base.data() + i * static_cast<size_t>(n_vocab), logits, n_vocab, tok).kld;
-        ++i;
-      });
+      c.dkld = calib.mean_kld(first_layer);
       for (const GroupTensor& t : gs.group.tensors) model.restore_tensor(t.name);
-      c.dkld = i > 0 ? sum / static_cast<double>(i) : 0;
       c.measured = true;
       ++done;
     }

@@ -142,21 +142,52 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   experts_->on_token_done();
 }
 
-void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base) {
+void Context::eval_from_layer(std::span<const int32_t> tokens, int first_layer, const float* h_in) {
+  if (n_past_ != 0) throw Error("eval_from_layer: the context is not empty");
+  if (first_layer < 0 || first_layer > cfg_.n_layer) {
+    throw Error(strfmt("eval_from_layer: layer %d is outside [0, %d]", first_layer, cfg_.n_layer));
+  }
+  if (tokens.empty() || static_cast<int64_t>(tokens.size()) > n_ctx_) {
+    throw Error(strfmt("eval_from_layer: %zu tokens for a context of %d", tokens.size(), n_ctx_));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
+    }
+  }
+  const int n_total = static_cast<int>(tokens.size());
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin());
+  if (rec_) rec_->begin_eval(0);
+  n_outputs_ = n_total;
+  ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
+  ensure(hidden_, sz(n_outputs_) * sz(cfg_.n_embd));
+  for (int b = 0; b < n_total; b += n_batch_) {
+    const int n = std::min(n_batch_, n_total - b);
+    forward_chunk(tokens.data() + b, n, true, b, first_layer, h_in + sz(b) * sz(cfg_.n_embd));
+  }
+  experts_->on_token_done();
+}
+
+void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer,
+                            const float* h_in) {
   const ModelWeights& w = model_.weights();
   const int64_t E = cfg_.n_embd;
   ensure(h_, sz(n) * sz(E));
   ensure(xn_, sz(n) * sz(E));
   ensure(tmp_, sz(n) * sz(E));
 
-  // Token embeddings.
-  const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(w.tok_embd.type)];
-  LES_ASSERT(deq != nullptr);
-  for (int i = 0; i < n; ++i) deq(w.tok_embd.row(tokens[i]), h_.data() + sz(i) * sz(E), E);
-  if (observer_) observer_(-1, "inp_embd", h_.data(), n, E);
+  if (h_in) {
+    std::memcpy(h_.data(), h_in, sz(n) * sz(E) * sizeof(float));
+  } else {
+    // Token embeddings.
+    const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(w.tok_embd.type)];
+    LES_ASSERT(deq != nullptr);
+    for (int i = 0; i < n; ++i) deq(w.tok_embd.row(tokens[i]), h_.data() + sz(i) * sz(E), E);
+    if (observer_) observer_(-1, "inp_embd", h_.data(), n, E);
+  }
 
   const int pos0 = n_past_;
-  for (int il = 0; il < cfg_.n_layer; ++il) {
+  for (int il = h_in ? first_layer : 0; il < cfg_.n_layer; ++il) {
     if (cfg_.arch == Arch::qwen35moe) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {

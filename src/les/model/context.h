@@ -50,6 +50,14 @@ class Context {
   // when the context would overflow.
   void eval(std::span<const int32_t> tokens, bool all_logits);
 
+  // Evaluates tokens at positions 0.. of an empty context (n_past() == 0) from layer first_layer
+  // on: h_in [n][n_embd] is that layer's input (the residual stream after layer first_layer - 1,
+  // as the "l_out" observer reports it; first_layer == n_layer runs only the output head).
+  // Layers below first_layer are not run (their cache positions stay unset, so the context holds
+  // no valid state for further evals until rollback(0)). Logits of every position are kept. The
+  // result equals eval(tokens, true) bit for bit when h_in is what that eval computed.
+  void eval_from_layer(std::span<const int32_t> tokens, int first_layer, const float* h_in);
+
   // Logits of output i of the last eval (i < n_outputs()), [n_vocab].
   const float* logits(int i) const;
   const float* last_logits() const { return logits(n_outputs_ - 1); }
@@ -89,7 +97,9 @@ class Context {
   uint64_t state_bytes() const;
 
  private:
-  void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base);
+  // first_layer > 0: start there with h_in as its input instead of the token embeddings.
+  void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
+                     const float* h_in = nullptr);
   void attention(int il, int n, int pos0);
   // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
