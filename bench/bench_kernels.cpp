@@ -1,11 +1,23 @@
-// Micro-benchmark of the vec_dot kernels: a matrix-vector product over a rows x cols weight
-// matrix (default 4096 x 2048) for every weight type, at each ISA this CPU supports. Reports GB/s
-// of weight bytes (median of repeats) and the speed-up over scalar.
+// Micro-benchmarks of the dot-product kernels, at each ISA this CPU supports. Three modes:
 //
-//   bench_kernels [--rows R] [--cols C] [--reps N] [--type q4_K]...
+//   bench_kernels [--rows R] [--cols C] [--reps N] [--type T]...
+//       vec_dot throughput: a matrix-vector product over a rows x cols weight matrix (default
+//       4096 x 2048, 4.7 MB at Q4_K: in L2/L3, so this measures the kernels, not DRAM); GB/s of
+//       weight bytes (median of repeats) and the speed-up over scalar.
+//   bench_kernels --tokens N [--rows R] [--cols C] [--reps N] [--type T]...
+//       batched products (prefill-shaped): the same matrix times N activation rows, through the
+//       table's gemm and through one vec_dot per output (the same results); GMAC/s and the gain.
+//   bench_kernels --decode [--mb M] [--rows R] [--cols C] [--threads T] [--reps N] [--type T]...
+//       decode-shaped products from DRAM: M MB of weights (default 2048, far beyond any cache)
+//       cut into matrices of R rows (default 768 x 2048: one expert's gate/up of the 30B-A3B
+//       shape), each multiplied with one token by T threads (as matmul does), in a shuffled
+//       order; next to the machine's read bandwidth measured on the same buffer with the same
+//       threads (an AVX2 read of every byte). GB/s of weight bytes and the fraction of the read
+//       bandwidth.
 //
-// Not a test: numbers depend on the machine and its load. The default matrix (4.7 MB at Q4_K)
-// sits in L2/L3, so this measures kernel throughput rather than DRAM bandwidth.
+// Not a test: numbers depend on the machine and its load.
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +34,7 @@
 #include "les/quant/kernels.h"
 #include "les/quant/types.h"
 #include "les/util/fp16.h"
+#include "les/util/thread_pool.h"
 
 using namespace les;
 
@@ -51,55 +64,224 @@ std::vector<size_t> half_fields(Type t) {
   }
 }
 
-void fill_weights(std::mt19937_64& rng, Type t, std::vector<uint8_t>& w, int64_t n_elems) {
+void fill_weights(std::mt19937_64& rng, Type t, uint8_t* w, size_t bytes, int64_t n_elems) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   if (t == Type::F32 || t == Type::F16 || t == Type::BF16) {
     for (int64_t i = 0; i < n_elems; ++i) {
       const float v = u(rng);
-      if (t == Type::F32) std::memcpy(w.data() + 4 * i, &v, 4);
+      if (t == Type::F32) std::memcpy(w + 4 * i, &v, 4);
       const uint16_t hv = t == Type::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
-      if (t != Type::F32) std::memcpy(w.data() + 2 * i, &hv, 2);
+      if (t != Type::F32) std::memcpy(w + 2 * i, &hv, 2);
     }
     return;
   }
-  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(w + i, &r, std::min<size_t>(8, bytes - i));
+  }
   const size_t bb = info(t).block_bytes;
   const auto fields = half_fields(t);
-  for (size_t off = 0; off + bb <= w.size(); off += bb) {
+  for (size_t off = 0; off + bb <= bytes; off += bb) {
     for (size_t f : fields) {
       const uint16_t hv = f32_to_fp16(0.01f * (1.0f + u(rng)));
-      std::memcpy(w.data() + off + f, &hv, 2);
+      std::memcpy(w + off + f, &hv, 2);
     }
   }
+}
+
+// n_tok activation rows of the activation type of t (quantized from random floats).
+std::vector<uint8_t> make_acts(std::mt19937_64& rng, Type t, int64_t cols, int64_t n_tok) {
+  const Type at = act_type(t);
+  const size_t rb = row_bytes(at, cols);
+  std::vector<uint8_t> a(rb * static_cast<size_t>(n_tok));
+  std::vector<float> xf(static_cast<size_t>(cols));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t k = 0; k < n_tok; ++k) {
+    for (auto& v : xf) v = u(rng);
+    kernel_table(Isa::scalar)->quantize[static_cast<int>(at)](xf.data(), a.data() + rb * static_cast<size_t>(k), cols);
+  }
+  return a;
 }
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median seconds of one full matrix-vector product.
-double time_matvec(VecDotFn fn, const std::vector<uint8_t>& w, size_t row_b, int64_t rows, int64_t cols,
-                   const std::vector<uint8_t>& a, int reps, float* sink) {
+template <typename F>
+double median_seconds(int reps, F&& f) {
+  f();  // warm-up (caches, page faults, clocks)
   std::vector<double> t;
-  float acc = 0;
-  // warm-up (caches, page faults, clocks)
-  for (int64_t r = 0; r < rows; ++r) acc += fn(cols, w.data() + r * row_b, a.data());
   for (int k = 0; k < reps; ++k) {
     const double t0 = now_s();
-    for (int64_t r = 0; r < rows; ++r) acc += fn(cols, w.data() + r * row_b, a.data());
+    f();
     t.push_back(now_s() - t0);
   }
-  *sink += acc;
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+struct Options {
+  int64_t rows = 4096, cols = 2048, tokens = 0;
+  int reps = 21, threads = 2;
+  bool decode = false;
+  double mb = 2048;
+  std::vector<Type> types;
+};
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas = {Isa::scalar};
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
+    if (isa_supported(isa) && kernel_table(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+void run_vec_dot(const Options& o) {
+  const std::vector<Isa> isas = supported_isas();
+  std::printf("vec_dot throughput, %lld x %lld matrix, median of %d, GB/s of weight bytes (detected ISA: %s)\n",
+              static_cast<long long>(o.rows), static_cast<long long>(o.cols), o.reps, isa_name(detect_isa()));
+  std::printf("%-6s %9s", "type", "MB");
+  for (Isa isa : isas) std::printf(" %10s", isa_name(isa));
+  std::printf(" %9s\n", "speedup");
+  std::mt19937_64 rng(1234);
+  float sink = 0;
+  for (Type t : o.types) {
+    const size_t row_b = row_bytes(t, o.cols);
+    std::vector<uint8_t> w(row_b * static_cast<size_t>(o.rows));
+    fill_weights(rng, t, w.data(), w.size(), o.rows * o.cols);
+    const std::vector<uint8_t> a = make_acts(rng, t, o.cols, 1);
+    std::printf("%-6s %9.2f", type_name(t), static_cast<double>(w.size()) / 1e6);
+    std::vector<double> gbs;
+    for (Isa isa : isas) {
+      const VecDotFn fn = kernel_table(isa)->vec_dot[static_cast<int>(t)];
+      // scalar kernels are slow: fewer repeats
+      const int r = isa == Isa::scalar ? std::max(1, o.reps / 4) : o.reps;
+      const double s = median_seconds(r, [&] {
+        for (int64_t i = 0; i < o.rows; ++i) sink += fn(o.cols, w.data() + static_cast<size_t>(i) * row_b, a.data());
+      });
+      gbs.push_back(static_cast<double>(w.size()) / s / 1e9);
+      std::printf(" %10.2f", gbs.back());
+      std::fflush(stdout);
+    }
+    std::printf(" %8.1fx\n", gbs.back() / gbs[0]);
+  }
+  std::printf("(checksum %g)\n", static_cast<double>(sink));
+}
+
+void run_tokens(const Options& o) {
+  std::vector<Isa> isas = supported_isas();
+  isas.erase(isas.begin());  // scalar: far too slow for this
+  std::printf("batched products, %lld x %lld matrix times %lld activation rows, one thread, median of %d, GMAC/s:\n"
+              "gemm (the table's batched kernel) / dots (one vec_dot per output, same results)\n",
+              static_cast<long long>(o.rows), static_cast<long long>(o.cols), static_cast<long long>(o.tokens), o.reps);
+  std::printf("%-6s", "type");
+  for (Isa isa : isas) std::printf(" %22s", isa_name(isa));
+  std::printf("\n");
+  std::mt19937_64 rng(1234);
+  std::vector<float> y(static_cast<size_t>(o.rows * o.tokens));
+  const double macs = static_cast<double>(o.rows) * static_cast<double>(o.cols) * static_cast<double>(o.tokens);
+  for (Type t : o.types) {
+    const size_t row_b = row_bytes(t, o.cols), arb = row_bytes(act_type(t), o.cols);
+    std::vector<uint8_t> w(row_b * static_cast<size_t>(o.rows));
+    fill_weights(rng, t, w.data(), w.size(), o.rows * o.cols);
+    const std::vector<uint8_t> a = make_acts(rng, t, o.cols, o.tokens);
+    std::printf("%-6s", type_name(t));
+    for (Isa isa : isas) {
+      const KernelTable& kt = *kernel_table(isa);
+      // Blocks of 64 rows with every token, as matmul cuts a thread's rows.
+      const double sg = median_seconds(o.reps, [&] {
+        for (int64_t r = 0; r < o.rows; r += 64) {
+          gemm_rows(kt, t, o.cols, w.data() + static_cast<size_t>(r) * row_b, row_b, std::min<int64_t>(64, o.rows - r),
+                    a.data(), arb, o.tokens, y.data() + r, o.rows);
+        }
+      });
+      KernelTable dots_only = kt;
+      dots_only.gemm[static_cast<int>(t)] = nullptr;
+      const double sd = median_seconds(std::max(1, o.reps / 4), [&] {
+        for (int64_t r = 0; r < o.rows; r += 64) {
+          gemm_rows(dots_only, t, o.cols, w.data() + static_cast<size_t>(r) * row_b, row_b,
+                    std::min<int64_t>(64, o.rows - r), a.data(), arb, o.tokens, y.data() + r, o.rows);
+        }
+      });
+      std::printf("   %7.1f / %5.1f %4.1fx", macs / sg / 1e9, macs / sd / 1e9, sd / sg);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+}
+
+// Sum of [p, p + n) as 64-bit words in 64-byte steps (the compiler may not drop the loads).
+__attribute__((target("avx2"))) uint64_t read_bytes(const uint8_t* p, size_t n) {
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    acc0 = _mm256_add_epi64(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    acc1 = _mm256_add_epi64(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+  }
+  acc0 = _mm256_add_epi64(acc0, acc1);
+  return static_cast<uint64_t>(_mm256_extract_epi64(acc0, 0) + _mm256_extract_epi64(acc0, 3));
+}
+
+void run_decode(const Options& o) {
+  ThreadPool pool(o.threads);
+  const std::vector<Isa> isas = supported_isas();
+  std::mt19937_64 rng(1234);
+  std::printf("decode-shaped products from DRAM: %.0f MB of weights in matrices of %lld x %lld, one token, %d threads, "
+              "median of %d\n",
+              o.mb, static_cast<long long>(o.rows), static_cast<long long>(o.cols), o.threads, o.reps);
+  for (Type t : o.types) {
+    const size_t row_b = row_bytes(t, o.cols);
+    const size_t mat_b = row_b * static_cast<size_t>(o.rows);
+    const size_t n_mat = std::max<size_t>(1, static_cast<size_t>(o.mb * 1e6) / mat_b);
+    const size_t total = n_mat * mat_b;
+    std::vector<uint8_t> w(total);
+    pool.parallel_for(static_cast<int64_t>(n_mat), 1, [&](int, int64_t b, int64_t e) {
+      std::mt19937_64 r(static_cast<uint64_t>(b) * 7919 + 1);
+      for (int64_t m = b; m < e; ++m) fill_weights(r, t, w.data() + static_cast<size_t>(m) * mat_b, mat_b, o.rows * o.cols);
+    });
+    const std::vector<uint8_t> a = make_acts(rng, t, o.cols, 1);
+    std::vector<size_t> order(n_mat);
+    for (size_t i = 0; i < n_mat; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<uint64_t> sums(static_cast<size_t>(o.threads));
+    // Read bandwidth: every byte of the buffer, the same threads, chunks of 1 MiB.
+    const int64_t chunk = 1 << 20;
+    const int64_t n_chunks = static_cast<int64_t>((total + chunk - 1) / chunk);
+    const double s_read = median_seconds(o.reps, [&] {
+      pool.parallel_for(n_chunks, 1, [&](int th, int64_t b, int64_t e) {
+        for (int64_t c = b; c < e; ++c) {
+          const size_t off = static_cast<size_t>(c * chunk);
+          sums[static_cast<size_t>(th)] += read_bytes(w.data() + off, std::min<size_t>(static_cast<size_t>(chunk), total - off));
+        }
+      });
+    });
+    const double bw = static_cast<double>(total) / s_read / 1e9;
+    uint64_t check = 0;
+    for (uint64_t v : sums) check += v;
+    std::printf("%-6s %.0f MB: read bandwidth %.1f GB/s (checksum %llx)\n", type_name(t), static_cast<double>(total) / 1e6,
+                bw, static_cast<unsigned long long>(check));
+    std::vector<float> y(static_cast<size_t>(o.rows));
+    for (Isa isa : isas) {
+      if (isa == Isa::scalar) continue;
+      const KernelTable& kt = *kernel_table(isa);
+      const double s = median_seconds(o.reps, [&] {
+        for (size_t m : order) {
+          const uint8_t* wm = w.data() + m * mat_b;
+          pool.parallel_for(o.rows, 16, [&](int, int64_t r0, int64_t r1) {
+            gemm_rows(kt, t, o.cols, wm + static_cast<size_t>(r0) * row_b, row_b, r1 - r0, a.data(), 0, 1, y.data() + r0, 1);
+          });
+        }
+      });
+      const double gbs = static_cast<double>(total) / s / 1e9;
+      std::printf("  %-8s products %6.1f GB/s = %3.0f%% of the read bandwidth\n", isa_name(isa), gbs, 100 * gbs / bw);
+    }
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t rows = 4096, cols = 2048;
-  int reps = 21;
-  std::vector<Type> types;
+  Options o;
+  bool rows_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -109,71 +291,46 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--rows") rows = std::atoll(next());
-    else if (a == "--cols") cols = std::atoll(next());
-    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
+    if (a == "--rows") {
+      o.rows = std::atoll(next());
+      rows_set = true;
+    } else if (a == "--cols") o.cols = std::atoll(next());
+    else if (a == "--reps") o.reps = std::max(1, std::atoi(next()));
+    else if (a == "--tokens") o.tokens = std::max<int64_t>(1, std::atoll(next()));
+    else if (a == "--decode") o.decode = true;
+    else if (a == "--mb") o.mb = std::atof(next());
+    else if (a == "--threads") o.threads = std::max(1, std::atoi(next()));
     else if (a == "--type") {
       const auto t = parse_type(next());
       if (!t) {
         std::fprintf(stderr, "unknown type\n");
         return 2;
       }
-      types.push_back(*t);
+      o.types.push_back(*t);
     } else {
-      std::fprintf(stderr, "usage: %s [--rows R] [--cols C] [--reps N] [--type T]...\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--rows R] [--cols C] [--reps N] [--type T]... [--tokens N | --decode [--mb M] "
+                   "[--threads T]]\n",
+                   argv[0]);
       return 2;
     }
   }
-  if (types.empty()) types.assign(std::begin(kTypes), std::end(kTypes));
-  if (cols % QK_K != 0) {
+  if (o.types.empty()) o.types.assign(std::begin(kTypes), std::end(kTypes));
+  if (o.cols % QK_K != 0) {
     std::fprintf(stderr, "--cols must be a multiple of %d\n", QK_K);
     return 2;
   }
-
-  std::vector<Isa> isas = {Isa::scalar};
-  for (Isa isa : {Isa::avx2, Isa::avx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(detect_isa()) && kernel_table(isa)) isas.push_back(isa);
-  }
-
-  std::printf("vec_dot throughput, %lld x %lld matrix, median of %d, GB/s of weight bytes (detected ISA: %s)\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), reps, isa_name(detect_isa()));
-  std::printf("%-6s %9s", "type", "MB");
-  for (Isa isa : isas) std::printf(" %10s", isa_name(isa));
-  if (isas.size() > 1) std::printf(" %9s", "speedup");
-  std::printf("\n");
-
-  std::mt19937_64 rng(1234);
-  float sink = 0;
-  for (Type t : types) {
-    const Type at = act_type(t);
-    const size_t row_b = row_bytes(t, cols);
-    std::vector<uint8_t> w(row_b * rows);
-    fill_weights(rng, t, w, rows * cols);
-    std::vector<float> xf(cols);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (auto& v : xf) v = u(rng);
-    std::vector<uint8_t> a(row_bytes(at, cols));
-    kernel_table(Isa::scalar)->quantize[static_cast<int>(at)](xf.data(), a.data(), cols);
-
-    std::printf("%-6s %9.2f", type_name(t), static_cast<double>(w.size()) / 1e6);
-    std::vector<double> gbs;
-    for (Isa isa : isas) {
-      const VecDotFn fn = kernel_table(isa)->vec_dot[static_cast<int>(t)];
-      if (!fn) {
-        std::printf(" %10s", "-");
-        gbs.push_back(0);
-        continue;
-      }
-      // scalar kernels are slow: fewer repeats
-      const int r = isa == Isa::scalar ? std::max(1, reps / 4) : reps;
-      const double s = time_matvec(fn, w, row_b, rows, cols, a, r, &sink);
-      gbs.push_back(static_cast<double>(w.size()) / s / 1e9);
-      std::printf(" %10.2f", gbs.back());
-      std::fflush(stdout);
+  if (o.decode) {
+    if (!isa_supported(Isa::avx2)) {
+      std::fprintf(stderr, "--decode reads memory with AVX2, which this CPU lacks\n");
+      return 2;
     }
-    if (gbs.size() > 1 && gbs[0] > 0) std::printf(" %8.1fx", gbs.back() / gbs[0]);
-    std::printf("\n");
+    if (!rows_set) o.rows = 768;
+    run_decode(o);
+  } else if (o.tokens > 0) {
+    run_tokens(o);
+  } else {
+    run_vec_dot(o);
   }
-  std::printf("(checksum %g)\n", static_cast<double>(sink));
   return 0;
 }

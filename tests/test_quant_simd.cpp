@@ -1,6 +1,8 @@
-// AVX2 kernels against the scalar table and against an independent double-precision reference
-// written here (dequantize-then-dot from the block layouts). Dot products must agree within float
-// rounding; activation quantizers must be bit-identical to the scalar ones.
+// The kernels of every x86 ISA this CPU has (avx2, avxvnni, avx512; the others skip and say so)
+// against the scalar table and against an independent double-precision reference written here
+// (dequantize-then-dot from the block layouts). Dot products must agree within float rounding;
+// activation quantizers must be bit-identical to the scalar ones; a table's batched product
+// (gemm) must give its vec_dot's results bit for bit, for any number of rows and tokens.
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <set>
 #include <string>
@@ -23,6 +26,10 @@
 #include "les/util/fp16.h"
 
 namespace les {
+
+// gtest prints test parameters through this (by name rather than as bytes).
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
 namespace {
 
 constexpr Type kDotTypes[] = {Type::Q4_K, Type::Q5_K,   Type::Q6_K,   Type::Q3_K, Type::Q2_K,
@@ -32,17 +39,17 @@ constexpr Type kActTypes[] = {Type::Q8_K, Type::Q8_0, Type::Q8_1, Type::F16, Typ
 
 int tid(Type t) { return static_cast<int>(t); }
 
-class QuantSimd : public ::testing::Test {
+class QuantSimd : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (detect_isa() < Isa::avx2) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+    if (!isa_supported(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << ": not supported by this CPU";
     scalar_ = kernel_table(Isa::scalar);
-    avx2_ = kernel_table(Isa::avx2);
-    if (!avx2_) GTEST_SKIP() << "AVX2 kernels not compiled in";
+    simd_ = kernel_table(GetParam());
+    if (!simd_) GTEST_SKIP() << isa_name(GetParam()) << ": kernels not compiled in";
     ASSERT_NE(scalar_, nullptr);
   }
   const KernelTable* scalar_ = nullptr;
-  const KernelTable* avx2_ = nullptr;
+  const KernelTable* simd_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -113,14 +120,21 @@ float get_f32(const uint8_t* p) {
 }
 float h(const uint8_t* p) { return fp16_to_f32(get16(p)); }
 
-enum class Fill { random, all_max, zero_scales };
+enum class Fill { random, all_max, zero_scales, huge_scales, tiny_scales };
 
 // Fills a weight row of type t with n elements at p: random bytes, then every half-precision
-// field replaced by a finite value (random, or 0 for zero_scales).
+// field replaced by a finite value (random; 0 for zero_scales; the largest halves, +-65504 and
+// nearby, for huge_scales; subnormal halves for tiny_scales).
 void gen_weights(Gen& g, Type t, uint8_t* p, int64_t n, Fill fill) {
   const size_t bytes = row_bytes(t, n);
   for (size_t i = 0; i < bytes; ++i) p[i] = fill == Fill::all_max ? 0xff : g.byte();
-  auto d = [&](float lo, float hi) -> half_bits { return fill == Fill::zero_scales ? 0 : g.half(lo, hi); };
+  auto d = [&](float lo, float hi) -> half_bits {
+    if (fill == Fill::zero_scales) return 0;
+    const half_bits sign = (lo < 0 && (g.byte() & 1)) ? 0x8000 : 0;
+    if (fill == Fill::huge_scales) return static_cast<half_bits>(sign | (0x7bff - (g.byte() & 0x0f)));
+    if (fill == Fill::tiny_scales) return static_cast<half_bits>(sign | (1 + (g.byte() & 0x3ff)));
+    return g.half(lo, hi);
+  };
   const int64_t nb = n / block_size(t);
   const size_t bb = info(t).block_bytes;
   for (int64_t b = 0; b < nb; ++b) {
@@ -464,16 +478,16 @@ double tolerance(Type wt, int64_t n, double mag) {
 
 int64_t unit(Type t) { return block_size(t) == 1 ? 1 : block_size(t); }
 
-// One dot comparison: AVX2 vs the reference here and vs the scalar table.
-void check_dot(const KernelTable* scalar, const KernelTable* avx2, Type wt, const uint8_t* w, const uint8_t* a,
+// One dot comparison: a SIMD table vs the reference here and vs the scalar table.
+void check_dot(const KernelTable* scalar, const KernelTable* simd, Type wt, const uint8_t* w, const uint8_t* a,
                int64_t n, const std::string& what) {
   const RefDot r = ref_dot(wt, w, a, n);
   const double tol = tolerance(wt, n, r.mag);
-  const float v = avx2->vec_dot[tid(wt)](n, w, a);
-  EXPECT_NEAR(v, r.value, tol) << type_name(wt) << " avx2 vs reference, n=" << n << " " << what;
+  const float v = simd->vec_dot[tid(wt)](n, w, a);
+  EXPECT_NEAR(v, r.value, tol) << type_name(wt) << " " << isa_name(simd->isa) << " vs reference, n=" << n << " " << what;
   if (scalar->vec_dot[tid(wt)]) {
     const float s = scalar->vec_dot[tid(wt)](n, w, a);
-    EXPECT_NEAR(v, s, 2 * tol) << type_name(wt) << " avx2 vs scalar, n=" << n << " " << what;
+    EXPECT_NEAR(v, s, 2 * tol) << type_name(wt) << " " << isa_name(simd->isa) << " vs scalar, n=" << n << " " << what;
   }
 }
 
@@ -487,21 +501,30 @@ std::vector<int64_t> quant_lengths(Type at) {
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_F(QuantSimd, TablesHaveEntries) {
+TEST_P(QuantSimd, TablesHaveEntries) {
   for (Type t : kDotTypes) {
-    EXPECT_NE(avx2_->vec_dot[tid(t)], nullptr) << type_name(t);
+    EXPECT_NE(simd_->vec_dot[tid(t)], nullptr) << type_name(t);
     EXPECT_NE(scalar_->vec_dot[tid(t)], nullptr) << type_name(t);
   }
   for (Type t : kActTypes) {
-    EXPECT_NE(avx2_->quantize[tid(t)], nullptr) << type_name(t);
+    EXPECT_NE(simd_->quantize[tid(t)], nullptr) << type_name(t);
     EXPECT_NE(scalar_->quantize[tid(t)], nullptr) << type_name(t);
   }
-  // the AVX2 table overrides these entries (not merely inherits the scalar ones)
-  for (Type t : kDotTypes) EXPECT_NE(avx2_->vec_dot[tid(t)], scalar_->vec_dot[tid(t)]) << type_name(t);
-  for (Type t : kActTypes) EXPECT_NE(avx2_->quantize[tid(t)], scalar_->quantize[tid(t)]) << type_name(t);
+  // every SIMD table overrides these entries (not merely inherits the scalar ones); avxvnni and
+  // avx512 also override the AVX2 dot products they speed up and give each its own gemm
+  for (Type t : kDotTypes) EXPECT_NE(simd_->vec_dot[tid(t)], scalar_->vec_dot[tid(t)]) << type_name(t);
+  for (Type t : kActTypes) EXPECT_NE(simd_->quantize[tid(t)], scalar_->quantize[tid(t)]) << type_name(t);
+  if (GetParam() == Isa::avx2) return;
+  const KernelTable* avx2 = kernel_table(Isa::avx2);
+  for (Type t : kDotTypes) {
+    const bool float_type = block_size(t) == 1;
+    if (GetParam() == Isa::avx_vnni && float_type) continue;  // AVX-VNNI adds nothing for floats
+    EXPECT_NE(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(GetParam()) << " " << type_name(t);
+    EXPECT_NE(simd_->gemm[tid(t)], nullptr) << isa_name(GetParam()) << " " << type_name(t);
+  }
 }
 
-TEST_F(QuantSimd, GeneratorVaries) {
+TEST_P(QuantSimd, GeneratorVaries) {
   Gen g(1);
   for (Type t : kDotTypes) {
     const int64_t bs = unit(t) == 1 ? 64 : unit(t);
@@ -530,7 +553,7 @@ TEST_F(QuantSimd, GeneratorVaries) {
 
 // Random rows of 1..8 blocks and the row lengths of real models, at every misalignment, with
 // random and quantizer-produced activations.
-TEST_F(QuantSimd, VecDotMatchesReference) {
+TEST_P(QuantSimd, VecDotMatchesReference) {
   Gen g(42);
   for (Type wt : kDotTypes) {
     const Type at = act_type(wt);
@@ -549,35 +572,36 @@ TEST_F(QuantSimd, VecDotMatchesReference) {
         Buf wb(row_bytes(wt, n), woff), ab(row_bytes(at, n), aoff);
         gen_weights(g, wt, wb.data(), n, Fill::random);
         gen_acts(g, at, ab.data(), n, ActFill::random);
-        check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n,
+        check_dot(scalar_, simd_, wt, wb.data(), ab.data(), n,
                   "random acts, offsets " + std::to_string(woff) + "/" + std::to_string(aoff));
         // activations from the scalar quantizer of random floats (realistic sums and scales)
         std::vector<float> xf(n);
         const float scale = std::ldexp(1.0f, g.irange(-8, 8));
         for (auto& v : xf) v = g.uni(-1.0f, 1.0f) * scale;
         scalar_->quantize[tid(at)](xf.data(), ab.data(), n);
-        check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n, "quantized acts, offset " + std::to_string(woff));
+        check_dot(scalar_, simd_, wt, wb.data(), ab.data(), n, "quantized acts, offset " + std::to_string(woff));
       }
     }
   }
 }
 
-// Extremes: all-max nibbles / quant bytes, activations all -128 or all 127, zero scales.
-TEST_F(QuantSimd, VecDotExtremes) {
+// Extremes: all-max nibbles / quant bytes, activations all -128 or all 127 (saturated quants),
+// zero, huge (+-65504) and subnormal scales.
+TEST_P(QuantSimd, VecDotExtremes) {
   Gen g(7);
   for (Type wt : kDotTypes) {
     const Type at = act_type(wt);
     if (block_size(wt) == 1) continue;  // float types have no integer paths
     for (int64_t n : {block_size(wt), 4 * block_size(wt), int64_t{4096}}) {
-      for (Fill wf : {Fill::random, Fill::all_max, Fill::zero_scales}) {
+      for (Fill wf : {Fill::random, Fill::all_max, Fill::zero_scales, Fill::huge_scales, Fill::tiny_scales}) {
         for (ActFill af : {ActFill::random, ActFill::min_int8, ActFill::max_int8}) {
           Buf wb(row_bytes(wt, n), 3), ab(row_bytes(at, n), 5);
           gen_weights(g, wt, wb.data(), n, wf);
           gen_acts(g, at, ab.data(), n, af);
-          check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n,
+          check_dot(scalar_, simd_, wt, wb.data(), ab.data(), n,
                     "fill " + std::to_string(static_cast<int>(wf)) + " act " + std::to_string(static_cast<int>(af)));
           if (wf == Fill::zero_scales) {
-            EXPECT_EQ(avx2_->vec_dot[tid(wt)](n, wb.data(), ab.data()), 0.0f) << type_name(wt);
+            EXPECT_EQ(simd_->vec_dot[tid(wt)](n, wb.data(), ab.data()), 0.0f) << type_name(wt);
           }
         }
       }
@@ -587,7 +611,7 @@ TEST_F(QuantSimd, VecDotExtremes) {
 
 // Rows placed against inaccessible pages: a kernel reading (or a quantizer writing) one byte
 // outside its row crashes the test.
-TEST_F(QuantSimd, StaysInsideRows) {
+TEST_P(QuantSimd, StaysInsideRows) {
   Gen g(11);
   for (Type wt : kDotTypes) {
     const Type at = act_type(wt);
@@ -601,7 +625,7 @@ TEST_F(QuantSimd, StaysInsideRows) {
         uint8_t* a = where ? ga.at_end(abytes) : ga.at_start();
         gen_weights(g, wt, w, n, Fill::random);
         gen_acts(g, at, a, n, ActFill::random);
-        check_dot(scalar_, avx2_, wt, w, a, n, where ? "row at page end" : "row at page start");
+        check_dot(scalar_, simd_, wt, w, a, n, where ? "row at page end" : "row at page start");
       }
     }
   }
@@ -616,7 +640,7 @@ TEST_F(QuantSimd, StaysInsideRows) {
         auto* xp = reinterpret_cast<float*>(where ? gx.at_end(n * sizeof(float)) : gx.at_start());
         uint8_t* yp = where ? gy.at_end(ybytes) : gy.at_start();
         std::memcpy(xp, x.data(), n * sizeof(float));
-        avx2_->quantize[tid(at)](xp, yp, n);
+        simd_->quantize[tid(at)](xp, yp, n);
         std::vector<uint8_t> ref(ybytes);
         scalar_->quantize[tid(at)](x.data(), ref.data(), n);
         EXPECT_EQ(std::memcmp(ref.data(), yp, ybytes), 0) << type_name(at) << " n=" << n;
@@ -626,7 +650,7 @@ TEST_F(QuantSimd, StaysInsideRows) {
 }
 
 // Float types: extreme magnitudes (largest halves, tiny values) stay within rounding.
-TEST_F(QuantSimd, VecDotFloatExtremes) {
+TEST_P(QuantSimd, VecDotFloatExtremes) {
   Gen g(9);
   for (Type wt : {Type::F16, Type::BF16, Type::F32}) {
     for (int64_t n : {int64_t{7}, int64_t{33}, int64_t{4096}}) {
@@ -645,7 +669,7 @@ TEST_F(QuantSimd, VecDotFloatExtremes) {
           put_f32(ab.data() + 4 * i, other);
         }
       }
-      check_dot(scalar_, avx2_, wt, wb.data(), ab.data(), n, "extremes");
+      check_dot(scalar_, simd_, wt, wb.data(), ab.data(), n, "extremes");
     }
   }
 }
@@ -653,7 +677,7 @@ TEST_F(QuantSimd, VecDotFloatExtremes) {
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers: bit-identical output.
 
-void expect_same_quant(const KernelTable* scalar, const KernelTable* avx2, Type at, const std::vector<float>& x,
+void expect_same_quant(const KernelTable* scalar, const KernelTable* simd, Type at, const std::vector<float>& x,
                        size_t xoff, size_t yoff, const std::string& what) {
   const int64_t n = static_cast<int64_t>(x.size());
   // input at a varied (4-byte aligned, as floats are) address
@@ -663,18 +687,18 @@ void expect_same_quant(const KernelTable* scalar, const KernelTable* avx2, Type 
   const size_t bytes = row_bytes(at, n);
   Buf ys(bytes, yoff), yv(bytes, yoff);
   scalar->quantize[tid(at)](xp, ys.data(), n);
-  avx2->quantize[tid(at)](xp, yv.data(), n);
+  simd->quantize[tid(at)](xp, yv.data(), n);
   if (std::memcmp(ys.data(), yv.data(), bytes) != 0) {
     size_t first = 0;
     while (ys.data()[first] == yv.data()[first]) ++first;
     ADD_FAILURE() << type_name(at) << " quantizer differs, n=" << n << " " << what << ": first byte " << first
                   << " of " << bytes << " (block " << first / info(at).block_bytes << ", offset "
-                  << first % info(at).block_bytes << "): scalar " << int(ys.data()[first]) << " avx2 "
+                  << first % info(at).block_bytes << "): scalar " << int(ys.data()[first]) << " simd "
                   << int(yv.data()[first]);
   }
 }
 
-TEST_F(QuantSimd, QuantizeRandomBitIdentical) {
+TEST_P(QuantSimd, QuantizeRandomBitIdentical) {
   Gen g(3);
   for (Type at : kActTypes) {
     for (int64_t n : quant_lengths(at)) {
@@ -682,7 +706,7 @@ TEST_F(QuantSimd, QuantizeRandomBitIdentical) {
         std::vector<float> x(n);
         const float scale = std::ldexp(1.0f, g.irange(-20, 20));
         for (auto& v : x) v = g.uni(-1.0f, 1.0f) * scale;
-        expect_same_quant(scalar_, avx2_, at, x, 4 * off, off, "random");
+        expect_same_quant(scalar_, simd_, at, x, 4 * off, off, "random");
       }
     }
   }
@@ -690,7 +714,7 @@ TEST_F(QuantSimd, QuantizeRandomBitIdentical) {
 
 // Ties, zero blocks, a single nonzero, the largest magnitude appearing with both signs, denormals,
 // values at the edges of the half range, inf and NaN (with payloads).
-TEST_F(QuantSimd, QuantizeSpecialValuesBitIdentical) {
+TEST_P(QuantSimd, QuantizeSpecialValuesBitIdentical) {
   Gen g(5);
   const float inf = std::numeric_limits<float>::infinity();
   auto nan_with = [](uint32_t payload) { return bits_f32(0x7f800000u | payload); };
@@ -749,9 +773,117 @@ TEST_F(QuantSimd, QuantizeSpecialValuesBitIdentical) {
       cases.push_back(x);
     }
     for (size_t c = 0; c < cases.size(); ++c) {
-      expect_same_quant(scalar_, avx2_, at, cases[c], 4, 1, "special case " + std::to_string(c));
+      expect_same_quant(scalar_, simd_, at, cases[c], 4, 1, "special case " + std::to_string(c));
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batched products: gemm_rows (the table's gemm, or vec_dot per output where it has none) gives
+// exactly the table's vec_dot of each (row, activation row) pair.
+
+// Bit pattern of a float (so that -0 and 0 differ and NaNs compare).
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// nr weight rows and nc activation rows of n elements with the given strides and misalignment;
+// every output checked against vec_dot bit for bit, and the padding of y left untouched.
+void check_gemm(const KernelTable* t, Type wt, int64_t n, int64_t nr, int64_t nc, size_t pad, size_t off, Gen& g,
+                Fill wf, ActFill af, const std::string& what) {
+  const Type at = act_type(wt);
+  const size_t wrb = row_bytes(wt, n) + pad, arb = row_bytes(at, n) + pad;
+  Buf wb(wrb * static_cast<size_t>(nr), off), ab(arb * static_cast<size_t>(nc), (off * 5 + 3) % 8);
+  for (int64_t r = 0; r < nr; ++r) gen_weights(g, wt, wb.data() + static_cast<size_t>(r) * wrb, n, wf);
+  for (int64_t c = 0; c < nc; ++c) gen_acts(g, at, ab.data() + static_cast<size_t>(c) * arb, n, af);
+  const int64_t ys = nr + 3;
+  const float sentinel = -12345.5f;
+  std::vector<float> y(static_cast<size_t>(ys * nc), sentinel);
+  gemm_rows(*t, wt, n, wb.data(), wrb, nr, ab.data(), arb, nc, y.data(), ys);
+  const VecDotFn dot = t->vec_dot[tid(wt)];
+  int bad = 0;
+  for (int64_t c = 0; c < nc; ++c) {
+    for (int64_t r = 0; r < ys; ++r) {
+      const float got = y[static_cast<size_t>(c * ys + r)];
+      if (r >= nr) {
+        EXPECT_EQ(bits(got), bits(sentinel)) << "gemm wrote outside its outputs: " << what;
+        continue;
+      }
+      const float want = dot(n, wb.data() + static_cast<size_t>(r) * wrb, ab.data() + static_cast<size_t>(c) * arb);
+      if (bits(got) != bits(want) && bad++ < 3) {
+        ADD_FAILURE() << type_name(wt) << " " << isa_name(t->isa) << " gemm != vec_dot at row " << r << " act " << c
+                      << " of " << nr << "x" << nc << ", n=" << n << " " << what << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
+// Every shape of a few tiles (1..9 rows x 1..20 activation rows, so every edge tile of every
+// table's tile size occurs), row lengths with tails, padded and misaligned rows.
+TEST_P(QuantSimd, GemmMatchesVecDotBitForBit) {
+  Gen g(21);
+  for (Type wt : kDotTypes) {
+    const int64_t u = unit(wt);
+    const std::vector<int64_t> lengths =
+        u == 1 ? std::vector<int64_t>{1, 15, 16, 17, 33, 64, 100, 256, 1000} : std::vector<int64_t>{u, 2 * u, 3 * u, 5 * u, 8 * u};
+    for (int64_t n : lengths) {
+      for (int64_t nr : {1, 2, 3, 4, 5, 7, 9}) {
+        for (int64_t nc : {1, 2, 3, 4, 5, 6, 7, 17, 20}) {
+          const size_t pad = static_cast<size_t>((nr + nc) % 3) * 7;
+          check_gemm(simd_, wt, n, nr, nc, pad, static_cast<size_t>(nr % 8), g, Fill::random, ActFill::random,
+                     "random");
+        }
+      }
+    }
+  }
+}
+
+// The same on adversarial blocks: saturated quants, extreme and zero scales, extreme activations.
+TEST_P(QuantSimd, GemmMatchesVecDotOnExtremes) {
+  Gen g(23);
+  for (Type wt : kDotTypes) {
+    if (block_size(wt) == 1) continue;
+    const int64_t n = 4 * block_size(wt) + (block_size(wt) == 32 ? 32 : 0);  // an odd block count for 32-blocks
+    for (Fill wf : {Fill::all_max, Fill::zero_scales, Fill::huge_scales, Fill::tiny_scales}) {
+      for (ActFill af : {ActFill::random, ActFill::min_int8, ActFill::max_int8}) {
+        check_gemm(simd_, wt, n, 6, 5, 0, 1, g, wf, af,
+                   "fill " + std::to_string(static_cast<int>(wf)) + " act " + std::to_string(static_cast<int>(af)));
+      }
+    }
+  }
+}
+
+// A large product, as a model's layer runs it: every activation block of a long row and many
+// tiles (also the scalar and avx2 tables, whose products fall back to vec_dot or use their gemm).
+TEST_P(QuantSimd, GemmOfModelShape) {
+  Gen g(29);
+  for (Type wt : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_0, Type::F16}) {
+    check_gemm(simd_, wt, 2048, 37, 23, 0, 0, g, Fill::random, ActFill::random, "model shape");
+  }
+}
+
+const Isa kSimdIsas[] = {Isa::avx2, Isa::avx_vnni, Isa::avx512};
+
+INSTANTIATE_TEST_SUITE_P(Isas, QuantSimd, ::testing::ValuesIn(kSimdIsas),
+                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
+
+// Reports which ISAs this machine could not run (their tests above skip), and checks that the
+// tables' products agree across ISAs within rounding on one shared case.
+TEST(KernelIsas, ReportsWhichIsasRan) {
+  std::string ran = "scalar", missing;
+  for (Isa isa : kSimdIsas) {
+    std::string& list = isa_supported(isa) ? ran : missing;
+    list += (list.empty() ? "" : ", ") + std::string(isa_name(isa));
+  }
+  std::printf("[ KernelIsas ] ran: %s; could not run (CPU lacks them): %s\n", ran.c_str(),
+              missing.empty() ? "none" : missing.c_str());
+  ::testing::Test::RecordProperty("isas_ran", ran);
+  ::testing::Test::RecordProperty("isas_not_run", missing.empty() ? "none" : missing);
+  EXPECT_TRUE(isa_supported(Isa::scalar));
+  EXPECT_TRUE(isa_supported(detect_isa()));
+  for (int i = static_cast<int>(detect_isa()) + 1; i < kNumIsa; ++i) EXPECT_FALSE(isa_supported(static_cast<Isa>(i)));
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ int cmd_imatrix(int argc, char** argv) {
           {{"--no-ppl"}, false, "do not compute the perplexity (second half of each chunk)"},
           {{"--parse-special"}, false, "texts of control tokens in the text become those tokens"},
           {{"--mem"}, true, "hard memory budget, e.g. 3G: experts streamed from storage (default: mapped)", "SIZE"},
-          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"}});
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
   apply_isa_flag(a);

@@ -20,7 +20,7 @@ int cmd_logits(int argc, char** argv) {
           {{"--out"}, true, "also write all logits as float32 [position][n_vocab]", "FILE"},
           {{"-t", "--threads"}, true, "threads (default 1)", "N"},
           {{"-b", "--batch-size"}, true, "tokens per forward pass (default 256)", "N"},
-          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"}});
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
   apply_isa_flag(a);

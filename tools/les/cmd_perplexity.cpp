@@ -136,7 +136,7 @@ int cmd_perplexity(int argc, char** argv) {
           {{"--kl-logits"}, true, "KL divergence against a base log-probability file (from --save-logits or "
                                   "llama-perplexity --kl-divergence-base); -f optional, checked against it", "FILE"},
           {{"--json"}, true, "also write the results as JSON", "FILE"},
-          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"}});
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
   apply_isa_flag(a);

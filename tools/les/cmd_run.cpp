@@ -36,7 +36,7 @@ int cmd_run(int argc, char** argv) {
           {{"--chat"}, false, "wrap the prompt in the ChatML template (qwen-family chat)"},
           {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
           {{"--no-display-prompt"}, false, "do not echo the prompt"},
-          {{"--isa"}, true, "kernel ISA: scalar, avx2, avx512 (default: best available)", "ISA"},
+          {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"},
           {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
                             "through an expert cache (default: whole model mapped in memory)", "SIZE"},
           {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},

@@ -38,10 +38,7 @@ void apply_isa_flag(const Args& a) {
   if (!a.has("--isa")) return;
   const std::string v = a.str("--isa");
   Isa isa;
-  if (v == "scalar") isa = Isa::scalar;
-  else if (v == "avx2") isa = Isa::avx2;
-  else if (v == "avx512") isa = Isa::avx512;
-  else throw Error(strfmt("--isa: unknown ISA '%s' (scalar, avx2, avx512)", v.c_str()));
+  if (!parse_isa(v.c_str(), isa)) throw Error(strfmt("--isa: unknown ISA '%s' (scalar, avx2, avxvnni, avx512)", v.c_str()));
   if (!set_active_isa(isa)) throw Error(strfmt("--isa: this CPU does not support %s", v.c_str()));
 }
 

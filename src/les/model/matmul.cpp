@@ -31,20 +31,18 @@ void quantize_acts(Type type, const float* x, int64_t n_tok, int64_t n_in, int64
 void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride, ThreadPool& pool) {
   LES_ASSERT(a.n_in == W.n_in);
   LES_ASSERT(a.type == act_type(W.type));
-  const VecDotFn dot = kernels().vec_dot[static_cast<uint32_t>(W.type)];
-  LES_ASSERT(dot != nullptr);
+  const KernelTable& kt = kernels();
   const int64_t n_tok = a.n_tok;
-  // Row blocks keep a few weight rows in cache while all tokens pass over them.
-  const int64_t row_block = n_tok == 1 ? 1 : 8;
-  const int64_t grain = n_tok == 1 ? 16 : row_block;
-  pool.parallel_for(W.n_out, grain, [&](int, int64_t r0, int64_t r1) {
-    for (int64_t rb = r0; rb < r1; rb += row_block) {
-      const int64_t re = std::min(r1, rb + row_block);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        const uint8_t* xa = a.row(t);
-        float* yt = y + t * y_stride;
-        for (int64_t r = rb; r < re; ++r) yt[r] = dot(W.n_in, W.row(r), xa);
-      }
+  // Threads claim chunks of rows; a chunk is cut into row blocks of about kBlockBytes of weights,
+  // each multiplied with every token by one gemm (which keeps its rows in cache while blocks of
+  // tokens pass over them). Every output is the same vec_dot-equal value whatever the cuts.
+  constexpr size_t kBlockBytes = 48 * 1024;
+  const int64_t block_rows = std::max<int64_t>(4, static_cast<int64_t>(kBlockBytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
+  pool.parallel_for(W.n_out, 16, [&](int, int64_t r0, int64_t r1) {
+    const int64_t step = n_tok == 1 ? r1 - r0 : block_rows;
+    for (int64_t rb = r0; rb < r1; rb += step) {
+      const int64_t re = std::min(r1, rb + step);
+      gemm_rows(kt, W.type, W.n_in, W.row(rb), W.row_bytes, re - rb, a.row(0), a.row_bytes, n_tok, y + rb, y_stride);
     }
   });
 }

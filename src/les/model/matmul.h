@@ -1,7 +1,8 @@
 // Matrix products of quantized weights with float activations. The activations are first
-// converted to the weight type's activation type (as llama.cpp does), then each output element
-// is one vec_dot of a weight row and an activation row, computed by exactly one thread: the
-// result is independent of the thread count.
+// converted to the weight type's activation type (as llama.cpp does), then the product runs as
+// batched kernels (gemm: each weight block decoded once for several tokens) whose every output
+// element equals one vec_dot of a weight row and an activation row, computed by exactly one
+// thread: the result is independent of the thread count and of the number of tokens.
 #pragma once
 
 #include <cstdint>

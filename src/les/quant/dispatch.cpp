@@ -24,6 +24,7 @@ namespace {
 
 struct CpuFeatures {
   bool avx2 = false;         // AVX2 + FMA + F16C + BMI2, ymm state enabled by the OS
+  bool avx_vnni = false;     // avx2 + AVX-VNNI (VEX-encoded vpdpbusd/vpdpwssd)
   bool avx512 = false;       // avx2 + AVX-512 F/BW/VL/DQ/VNNI, zmm/opmask state enabled by the OS
   bool avx512_bf16 = false;  // avx512 + AVX512-BF16
 };
@@ -59,9 +60,10 @@ CpuFeatures probe_cpu() {
   const bool avx512vnni = c & (1u << 11);
   f.avx2 = os_ymm && avx2 && fma && f16c && bmi2;
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
-  if (f.avx512 && max_subleaf >= 1) {
+  if (max_subleaf >= 1) {
     __cpuid_count(7, 1, a, b, c, d);
-    f.avx512_bf16 = a & (1u << 5);
+    f.avx_vnni = f.avx2 && (a & (1u << 4));
+    f.avx512_bf16 = f.avx512 && (a & (1u << 5));
   }
   return f;
 }
@@ -74,12 +76,18 @@ const CpuFeatures& cpu() {
   return f;
 }
 
-constexpr int kNumIsa = 3;
-
 struct Tables {
   KernelTable table[kNumIsa];
   bool present[kNumIsa];
 };
+
+// Drops the gemm entries that `t` inherited from `below` for types whose vec_dot `t` overrides
+// without its own gemm: an inherited gemm would not match the new vec_dot bit for bit.
+void drop_stale_gemms(KernelTable& t, const KernelTable& below) {
+  for (int i = 0; i < 32; ++i) {
+    if (t.vec_dot[i] != below.vec_dot[i] && t.gemm[i] == below.gemm[i]) t.gemm[i] = nullptr;
+  }
+}
 
 // Each ISA's table starts as a copy of the one below it and overrides what it provides.
 Tables build_tables() {
@@ -88,14 +96,18 @@ Tables build_tables() {
   fill_kernel_table_scalar(s.table[0]);
   s.present[0] = true;
 #if LES_DISPATCH_X86
-  s.table[1] = s.table[0];
-  s.table[1].isa = Isa::avx2;
-  fill_kernel_table_avx2(s.table[1]);
-  s.present[1] = true;
-  s.table[2] = s.table[1];
-  s.table[2].isa = Isa::avx512;
-  fill_kernel_table_avx512(s.table[2]);
-  s.present[2] = true;
+  auto derive = [&](Isa isa, Isa below, void (*fill)(KernelTable&)) {
+    KernelTable& t = s.table[static_cast<int>(isa)];
+    const KernelTable& b = s.table[static_cast<int>(below)];
+    t = b;
+    t.isa = isa;
+    fill(t);
+    drop_stale_gemms(t, b);
+    s.present[static_cast<int>(isa)] = true;
+  };
+  derive(Isa::avx2, Isa::scalar, fill_kernel_table_avx2);
+  derive(Isa::avx_vnni, Isa::avx2, fill_kernel_table_avx_vnni);
+  derive(Isa::avx512, Isa::avx2, fill_kernel_table_avx512);
 #endif
   return s;
 }
@@ -133,15 +145,37 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
+    case Isa::avx_vnni: return "avxvnni";
     case Isa::avx512: return "avx512";
   }
   return "unknown";
 }
 
-Isa detect_isa() {
+bool parse_isa(const char* name, Isa& isa) {
+  for (int i = 0; i < kNumIsa; ++i) {
+    if (std::string(name) == isa_name(static_cast<Isa>(i))) {
+      isa = static_cast<Isa>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool isa_supported(Isa isa) {
   const CpuFeatures& f = cpu();
-  if (f.avx512) return Isa::avx512;
-  if (f.avx2) return Isa::avx2;
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return f.avx2;
+    case Isa::avx_vnni: return f.avx_vnni;
+    case Isa::avx512: return f.avx512;
+  }
+  return false;
+}
+
+Isa detect_isa() {
+  for (int i = kNumIsa - 1; i > 0; --i) {
+    if (isa_supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
+  }
   return Isa::scalar;
 }
 
@@ -186,11 +220,29 @@ const KernelTable& kernels() {
 
 bool set_active_isa(Isa isa) {
   const int i = static_cast<int>(isa);
-  if (i < 0 || i >= kNumIsa || i > static_cast<int>(detect_isa())) return false;
+  if (i < 0 || i >= kNumIsa || !isa_supported(isa)) return false;
   const KernelTable* t = kernel_table(isa);
   if (!t) return false;
   g_active.store(t, std::memory_order_release);
   return true;
+}
+
+void gemm_rows(const KernelTable& t, Type w, int64_t n, const void* wr, size_t w_stride, int64_t nr, const void* a,
+               size_t a_stride, int64_t nc, float* y, int64_t y_stride) {
+  const auto id = static_cast<uint32_t>(w);
+  LES_ASSERT(id < 32 && t.vec_dot[id] != nullptr);
+  if (t.gemm[id]) {
+    t.gemm[id](n, wr, w_stride, nr, a, a_stride, nc, y, y_stride);
+    return;
+  }
+  const VecDotFn dot = t.vec_dot[id];
+  const auto* wb = static_cast<const uint8_t*>(wr);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  for (int64_t c = 0; c < nc; ++c) {
+    for (int64_t r = 0; r < nr; ++r) {
+      y[c * y_stride + r] = dot(n, wb + static_cast<size_t>(r) * w_stride, ab + static_cast<size_t>(c) * a_stride);
+    }
+  }
 }
 
 void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance) {

@@ -10,8 +10,16 @@
 
 namespace les {
 
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
-const char* isa_name(Isa isa);
+// Kernel sets, in order of preference. avx_vnni is AVX2 + AVX-VNNI (256-bit VNNI without
+// AVX-512); avx512 is AVX-512 F/BW/VL/DQ + VNNI (its BF16 kernels only where the CPU has
+// AVX512-BF16). A CPU may support avx512 without avx_vnni (AVX-512 VNNI came first).
+enum class Isa { scalar = 0, avx2 = 1, avx_vnni = 2, avx512 = 3 };
+constexpr int kNumIsa = 4;
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avxvnni", "avx512"
+// The ISA named `name` (as isa_name spells it); false if there is none of that name.
+bool parse_isa(const char* name, Isa& isa);
+// Whether this CPU (and OS) can run the kernels of `isa`.
+bool isa_supported(Isa isa);
 // Best ISA this CPU supports (cpuid + OS support).
 Isa detect_isa();
 
@@ -22,6 +30,13 @@ Type act_type(Type w);
 
 // Dot product of n elements: a weight row of type w and an activation row of act_type(w).
 using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// Products of nr weight rows with nc activation rows (a small matrix product):
+//   y[c * y_stride + r] = vec_dot(n, w + r * w_stride, a + c * a_stride)   for r < nr, c < nc,
+// bit-identical to the vec_dot entry of the same table (same integer sums, same float order), so
+// a result never depends on how many rows or tokens were computed together. Each weight block is
+// decoded once per tile of rows and reused across the tile's activation rows.
+using GemmFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nr, const void* a, size_t a_stride,
+                        int64_t nc, float* y, int64_t y_stride);
 // Converts n floats to a row of type t (activation quantization; fast path).
 using QuantizeFn = void (*)(const float* x, void* y, int64_t n);
 using DequantizeFn = void (*)(const void* x, float* y, int64_t n);
@@ -29,6 +44,7 @@ using DequantizeFn = void (*)(const void* x, float* y, int64_t n);
 struct KernelTable {
   Isa isa;
   VecDotFn vec_dot[32];        // indexed by weight type id; nullptr if not provided at this ISA
+  GemmFn gemm[32];             // indexed by weight type id; nullptr: use vec_dot per output
   QuantizeFn quantize[32];     // indexed by target type id (activation types must be present)
   DequantizeFn dequantize[32]; // indexed by type id
 };
@@ -38,8 +54,12 @@ struct KernelTable {
 const KernelTable* kernel_table(Isa isa);
 // The table in use: the best supported ISA unless overridden by set_active_isa (tests, --isa).
 const KernelTable& kernels();
-// Forces an ISA (must be supported by this CPU); returns false if not available.
+// Forces an ISA (isa_supported must hold); returns false if not available.
 bool set_active_isa(Isa isa);
+
+// t.gemm for weight type w, or, where t has none, vec_dot for every output (the same results).
+void gemm_rows(const KernelTable& t, Type w, int64_t n, const void* wr, size_t w_stride, int64_t nr, const void* a,
+               size_t a_stride, int64_t nc, float* y, int64_t y_stride);
 
 // Reference-quality quantization of weights (may be slow; used by `les quantize` and `les synth`).
 // n must be a multiple of the block size.

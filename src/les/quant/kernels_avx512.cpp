@@ -1,11 +1,303 @@
-// AVX-512 kernels (AVX-512 F/BW/VL/DQ/VNNI; AVX512-BF16 only behind cpu_has_avx512_bf16()).
-// None yet: the avx512 table is the avx2 table unchanged. See kernels_internal.h for the contract
-// of fill functions.
+// AVX-512 kernels (AVX-512 F/BW/VL/DQ + VNNI; AVX512-BF16 only behind cpu_has_avx512_bf16()).
+// Compiled with the flags CMake gives *_avx512.cpp; reached only through the kernel table after
+// the dispatcher has checked the CPU. See kernels_internal.h for the contract of fill functions.
+//
+// Integer types: the tiled VNNI kernels of kernels_x86_tiles.h on one zmm per vector, with a
+// vec_dot and a gemm (tiles of up to 4 weight rows x 3 activation rows) per type.
+// Float types: F32/F16 (converted by vcvtph2ps) and BF16 (vdpbf16ps where the CPU has
+// AVX512-BF16, else widened by a shift) with fmadd over 16 lanes; tails by masked loads.
+// The activation quantizers are the AVX2 ones (inherited).
 
+// GCC 12's AVX-512 intrinsics fill "undefined" pass-through operands with a self-initialised
+// variable, which -Wuninitialized reports once they are inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "les/quant/blocks.h"
 #include "les/quant/kernels_internal.h"
+#include "les/quant/kernels_x86_tiles.h"
 
 namespace les {
+namespace {
 
-void fill_kernel_table_avx512(KernelTable& t) { (void)t; }
+// The VNNI vector policy of kernels_x86_tiles.h on zmm registers.
+struct P512 {
+  using VI = __m512i;
+  using VF = __m512;
+  static constexpr int R = 4;
+  static constexpr int C = 3;
+
+  static VI izero() { return _mm512_setzero_si512(); }
+  static VI set1_8(char v) { return _mm512_set1_epi8(v); }
+  static VI load64(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static VI bcast32(const uint8_t* p) { return _mm512_broadcast_i64x4(tiles::ld256(p)); }
+  static VI load32x2(const uint8_t* p0, const uint8_t* p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(tiles::ld256(p0)), tiles::ld256(p1), 1);
+  }
+  static VI load32_lo(const uint8_t* p) { return _mm512_zextsi256_si512(tiles::ld256(p)); }
+  static VI load16x2_dup(const uint8_t* p0, const uint8_t* p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(tiles::ld128(p0))),
+                              _mm256_broadcastsi128_si256(tiles::ld128(p1)), 1);
+  }
+  static VI load16_dup_lo(const uint8_t* p) { return _mm512_zextsi256_si512(_mm256_broadcastsi128_si256(tiles::ld128(p))); }
+  static VI and_(VI x, VI y) { return _mm512_and_si512(x, y); }
+  static VI or_(VI x, VI y) { return _mm512_or_si512(x, y); }
+  static VI xor_(VI x, VI y) { return _mm512_xor_si512(x, y); }
+  static VI add32(VI x, VI y) { return _mm512_add_epi32(x, y); }
+  static VI sub32(VI x, VI y) { return _mm512_sub_epi32(x, y); }
+  template <int S>
+  static VI srl32(VI v) {
+    return _mm512_srli_epi32(v, S);
+  }
+  template <int S>
+  static VI sll32(VI v) {
+    return _mm512_slli_epi32(v, S);
+  }
+  template <int S0, int S1>
+  static VI srl_halves(VI v) {
+    if constexpr (S0 == S1) {
+      return _mm512_srli_epi32(v, S0);
+    } else {
+      return _mm512_srlv_epi32(v, _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(S0), _mm512_set1_epi32(S1)));
+    }
+  }
+  template <int S>
+  static VI srl_odd_lanes(VI v) {
+    return _mm512_srlv_epi32(v, _mm512_mask_blend_epi32(0xf0f0, _mm512_setzero_si512(), _mm512_set1_epi32(S)));
+  }
+  static VI shuffle8(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
+  static VI bcast128(__m128i x) { return _mm512_broadcast_i32x4(x); }
+  static VI dpbusd(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static VI dpwssd(VI acc, VI x, VI y) { return _mm512_dpwssd_epi32(acc, x, y); }
+  static VI mullo32(VI x, VI y) { return _mm512_mullo_epi32(x, y); }
+  static VI zext(__m256i x) { return _mm512_zextsi256_si512(x); }
+  static VI fold_set_high(VI v, __m256i hi) {
+    const __m256i lo = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  // Bytes j whose bit j is set get v | byte (callers guarantee those bits of v are clear).
+  static VI or_bits(VI v, uint64_t bits, char byte) {
+    return _mm512_mask_add_epi8(v, static_cast<__mmask64>(bits), v, _mm512_set1_epi8(byte));
+  }
+  // int16 pairs (s[2G], 0) in int32 lanes 0-7 and (s[2G+1], 0) in lanes 8-15.
+  template <int G>
+  static VI scales_32(__m256i s16) {
+    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * G), _mm512_set1_epi32(2 * G + 1));
+    return _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
+  }
+  // int16 pairs (s[4G+q], 0) in the int32 lanes of 128-bit lane q.
+  template <int G>
+  static VI scales_16(__m256i s16) {
+    const VI idx = _mm512_setr_epi32(4 * G, 4 * G, 4 * G, 4 * G, 4 * G + 1, 4 * G + 1, 4 * G + 1, 4 * G + 1, 4 * G + 2,
+                                     4 * G + 2, 4 * G + 2, 4 * G + 2, 4 * G + 3, 4 * G + 3, 4 * G + 3, 4 * G + 3);
+    return _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
+  }
+  // int32 s[2G] in lanes 0-7, s[2G+1] in lanes 8-15 (from the low 8 int16 of s16).
+  template <int G>
+  static VI scales32_32(__m256i s16) {
+    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * G), _mm512_set1_epi32(2 * G + 1));
+    return _mm512_permutexvar_epi32(idx, _mm512_cvtepi16_epi32(s16));
+  }
+
+  static VF fzero() { return _mm512_setzero_ps(); }
+  static VF fset1(float x) { return _mm512_set1_ps(x); }
+  static VF fset_halves(float lo, float hi) { return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(lo), _mm512_set1_ps(hi)); }
+  static VF fset_lane0_8(float x0, float x8) { return _mm512_maskz_mov_ps(0x0101, fset_halves(x0, x8)); }
+  static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
+  static VF fmadd(VF x, VF y, VF z) { return _mm512_fmadd_ps(x, y, z); }
+  static VF fmul(VF x, VF y) { return _mm512_mul_ps(x, y); }
+  static float hsum(VF v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Float types. Rows are addressed as bytes (they need not be aligned to their element size);
+// n is arbitrary. Two accumulators per product (even and odd 16-element chunks) are summed at
+// the end; a tail shorter than 16 goes into the even one through a masked load.
+
+enum class FloatKind { f32, f16, bf16_shift, bf16_dot };
+
+template <FloatKind K>
+struct FloatRow {
+  static constexpr size_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
+  // 16 elements at p (only the first `count` if count < 16, the rest zero) as floats.
+  static __m512 load(const uint8_t* p, int count = 16) {
+    const __mmask16 m = count >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << count) - 1);
+    if constexpr (K == FloatKind::f32) {
+      return _mm512_maskz_loadu_ps(m, p);
+    } else if constexpr (K == FloatKind::f16) {
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    }
+  }
+};
+
+template <FloatKind K, int R, int C>
+void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  using FR = FloatRow<K>;
+  constexpr size_t EB = FR::kElemBytes;
+  __m512 acc0[R][C], acc1[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm512_setzero_ps();
+  }
+  const tiles::RowPtrs<R> wr(w, ws);
+  const tiles::RowPtrs<C> ar(a, as);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 x0[R], x1[R];
+    for (int r = 0; r < R; ++r) {
+      x0[r] = FR::load(wr.p[r] + EB * i);
+      x1[r] = FR::load(wr.p[r] + EB * (i + 16));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m512 y0 = FR::load(ar.p[c] + EB * i);
+      const __m512 y1 = FR::load(ar.p[c] + EB * (i + 16));
+      for (int r = 0; r < R; ++r) {
+        acc0[r][c] = _mm512_fmadd_ps(x0[r], y0, acc0[r][c]);
+        acc1[r][c] = _mm512_fmadd_ps(x1[r], y1, acc1[r][c]);
+      }
+    }
+  }
+  for (; i < n; i += 16) {
+    const int cnt = n - i < 16 ? static_cast<int>(n - i) : 16;
+    for (int c = 0; c < C; ++c) {
+      const __m512 yv = FR::load(ar.p[c] + EB * i, cnt);
+      for (int r = 0; r < R; ++r) acc0[r][c] = _mm512_fmadd_ps(FR::load(wr.p[r] + EB * i, cnt), yv, acc0[r][c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[c * ys + r] = P512::hsum(_mm512_add_ps(acc0[r][c], acc1[r][c]));
+  }
+}
+
+// BF16 by vdpbf16ps: each lane accumulates the products of a pair of adjacent elements. Chunks
+// of 32 elements alternate between two accumulators; a tail (any length) is one masked chunk.
+template <int R, int C>
+void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  __m512 acc0[R][C], acc1[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm512_setzero_ps();
+  }
+  const tiles::RowPtrs<R> wr(w, ws);
+  const tiles::RowPtrs<C> ar(a, as);
+  auto ld = [](const uint8_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); };
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512bh x0[R], x1[R];
+    for (int r = 0; r < R; ++r) {
+      x0[r] = ld(wr.p[r] + 2 * i, ~__mmask32(0));
+      x1[r] = ld(wr.p[r] + 2 * (i + 32), ~__mmask32(0));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m512bh y0 = ld(ar.p[c] + 2 * i, ~__mmask32(0));
+      const __m512bh y1 = ld(ar.p[c] + 2 * (i + 32), ~__mmask32(0));
+      for (int r = 0; r < R; ++r) {
+        acc0[r][c] = _mm512_dpbf16_ps(acc0[r][c], x0[r], y0);
+        acc1[r][c] = _mm512_dpbf16_ps(acc1[r][c], x1[r], y1);
+      }
+    }
+  }
+  for (; i < n; i += 32) {
+    const int cnt = n - i < 32 ? static_cast<int>(n - i) : 32;
+    const __mmask32 m = cnt == 32 ? ~__mmask32(0) : static_cast<__mmask32>((1u << cnt) - 1);
+    for (int c = 0; c < C; ++c) {
+      const __m512bh yv = ld(ar.p[c] + 2 * i, m);
+      for (int r = 0; r < R; ++r) acc0[r][c] = _mm512_dpbf16_ps(acc0[r][c], ld(wr.p[r] + 2 * i, m), yv);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[c * ys + r] = P512::hsum(_mm512_add_ps(acc0[r][c], acc1[r][c]));
+  }
+}
+
+template <FloatKind K>
+struct FloatKernel {
+  static constexpr int R = 4, C = 3;
+  template <int Rr, int Cc>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+    if constexpr (K == FloatKind::bf16_dot) {
+      tile_bf16_dot<Rr, Cc>(n, w, ws, a, as, y, ys);
+    } else {
+      tile_float<K, Rr, Cc>(n, w, ws, a, as, y, ys);
+    }
+  }
+  using TileFn = tiles::TileFn;
+  struct Table {
+    TileFn fn[R][C];
+    constexpr Table() : fn{} { fill(std::make_integer_sequence<int, R * C>{}); }
+    template <int... I>
+    constexpr void fill(std::integer_sequence<int, I...>) {
+      ((fn[I / C][I % C] = &tile<I / C + 1, I % C + 1>), ...);
+    }
+  };
+  static void gemm(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
+                   int64_t ys) {
+    static constexpr Table table;
+    const auto* w = static_cast<const uint8_t*>(vw);
+    const auto* a = static_cast<const uint8_t*>(va);
+    for (int64_t r0 = 0; r0 < nr; r0 += R) {
+      const int64_t rr = nr - r0 < R ? nr - r0 : R;
+      for (int64_t c0 = 0; c0 < nc; c0 += C) {
+        const int64_t cc = nc - c0 < C ? nc - c0 : C;
+        table.fn[rr - 1][cc - 1](n, w + static_cast<size_t>(r0) * ws, ws, a + static_cast<size_t>(c0) * as, as,
+                                 y + c0 * ys + r0, ys);
+      }
+    }
+  }
+  static float vec_dot(int64_t n, const void* w, const void* a) {
+    float y;
+    tile<1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0);
+    return y;
+  }
+};
+
+template <class W>
+void set_int(KernelTable& t, Type ty) {
+  t.vec_dot[static_cast<size_t>(ty)] = tiles::vec_dot<P512, W>;
+  t.gemm[static_cast<size_t>(ty)] = tiles::gemm<P512, W>;
+}
+
+template <FloatKind K>
+void set_float(KernelTable& t, Type ty) {
+  t.vec_dot[static_cast<size_t>(ty)] = FloatKernel<K>::vec_dot;
+  t.gemm[static_cast<size_t>(ty)] = FloatKernel<K>::gemm;
+}
+
+}  // namespace
+
+void fill_kernel_table_avx512(KernelTable& t) {
+  set_int<tiles::KQ45<false>>(t, Type::Q4_K);
+  set_int<tiles::KQ45<true>>(t, Type::Q5_K);
+  set_int<tiles::KQ6>(t, Type::Q6_K);
+  set_int<tiles::KQ3>(t, Type::Q3_K);
+  set_int<tiles::KQ2>(t, Type::Q2_K);
+  set_int<tiles::KIQ4XS>(t, Type::IQ4_XS);
+  set_int<tiles::KQ4_0>(t, Type::Q4_0);
+  set_int<tiles::KQ4_1>(t, Type::Q4_1);
+  set_int<tiles::KQ5<false>>(t, Type::Q5_0);
+  set_int<tiles::KQ5<true>>(t, Type::Q5_1);
+  set_int<tiles::KQ8_0>(t, Type::Q8_0);
+  set_int<tiles::KIQ4NL>(t, Type::IQ4_NL);
+  set_float<FloatKind::f32>(t, Type::F32);
+  set_float<FloatKind::f16>(t, Type::F16);
+  if (cpu_has_avx512_bf16()) {
+    set_float<FloatKind::bf16_dot>(t, Type::BF16);
+  } else {
+    set_float<FloatKind::bf16_shift>(t, Type::BF16);
+  }
+}
 
 }  // namespace les

@@ -8,13 +8,17 @@ namespace les {
 
 // Each fill function stores the entries its ISA provides into `t` and leaves every other entry as
 // it found it. The dispatcher calls them once, on a table that already holds the entries of the
-// lower ISA (scalar -> avx2 -> avx512), so an ISA only overrides what it speeds up.
+// ISA below it (scalar -> avx2 -> avx_vnni, and avx2 -> avx512: a CPU with AVX-512 need not have
+// AVX-VNNI), so an ISA only overrides what it speeds up. Where an ISA overrides a vec_dot but not
+// the gemm of that type, the dispatcher drops the inherited gemm (it would not match the new
+// vec_dot bit for bit) and products fall back to vec_dot.
 // Contract: a fill function only stores function pointers; it must not execute instructions of
 // its ISA (it runs before we know the CPU supports them). An override must give the same
 // results as the entry it replaces: bit-identical for quantize/dequantize, within float rounding
 // for vec_dot.
 void fill_kernel_table_scalar(KernelTable& t);  // quant_ref.cpp: every entry of every type
 void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+F16C+BMI2)
+void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 + AVX-VNNI)
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
 
 // Whether the CPU (and OS) support AVX512-BF16. The avx512 ISA level does not require it, so

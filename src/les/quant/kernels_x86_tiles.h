@@ -1,0 +1,603 @@
+// Tiled integer dot products of quantized weights against 8-bit activation blocks (Q8_K, Q8_0,
+// Q8_1), written once for a "VNNI vector policy" P and instantiated by the ISA files that include
+// this header (kernels_avx512.cpp: one zmm per vector; kernels_avxvnni.cpp: a pair of ymm).
+// Include only from a *_avx512.cpp / *_avxvnni.cpp file (it needs AVX2 and the file's own
+// flags); everything here has internal linkage, so each ISA file gets its own copy.
+//
+// Model: a vector VI holds 64 bytes = 16 int32 lanes; 128-bit lane q is int32 lanes 4q..4q+3.
+// A "group" is 64 consecutive elements of a row (a quarter of a 256-block, or two 32-blocks).
+// The weights of a group become 64 unsigned bytes u (each type's values shifted to be >= 0);
+// vpdpbusd (u x int8 activation) gives 16 lanes of 4-product sums, exact. Offsets (Q6_K's -32,
+// Q3_K's -4, Q4_0's -8, the +128 of Q8_0/IQ4 codes) come off through the activation block sums.
+// Sub-block scales multiply the 4-product sums: by vpdpwssd on their low 16 bits where those
+// fit (|u| <= 63: K-quants), by vpmulld otherwise (IQ4_XS). Every integer step is exact, so
+// the integer results equal the scalar reference's; only the float accumulation order differs
+// from it, and that order is fixed by the code below for every tile shape: a product computed
+// in any tile of rows x activation rows equals the same product computed alone (vec_dot is
+// the 1 x 1 tile).
+//
+// The policy P provides (all static):
+//   VI, VF; R, C (the largest tile, rows x activation rows; sized to the register file)
+//   izero, set1_8, load64, bcast32, load32x2, load32_lo, load16x2_dup, load16_dup_lo,
+//   and_, or_, xor_, add32, sub32, srl32<S>, sll32<S>, srl_halves<S0, S1> (32-bit lanes of the
+//   lower / upper 256 bits by S0 / S1), srl_odd_lanes<S> (128-bit lanes 1 and 3 by S),
+//   shuffle8 (vpshufb within 128-bit lanes), bcast128, dpbusd, dpwssd, mullo32,
+//   zext (256 -> VI, upper zero), fold_set_high (lower 8 lanes: lower + upper halves' lanes;
+//   upper 8 lanes: the given 256-bit vector), or_bits (bytes j with bit j set get v | byte),
+//   scales_32<G>, scales_16<G> (int16 pairs (s, 0) for vpdpwssd, see below), scales32_32<G>,
+//   fzero, fset1, fset_halves, fset_lane0_8, cvt, fmadd, fmul, hsum.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "les/quant/blocks.h"
+
+namespace les {
+namespace {
+namespace tiles {
+
+// ---------------------------------------------------------------------------------------------
+// Scalar loads
+
+inline float ld_f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, sizeof f);
+  return f;
+}
+inline float ld_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);  // exact, subnormals included
+}
+inline uint32_t ld_u32(const uint8_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, sizeof u);
+  return u;
+}
+inline uint16_t ld_u16(const uint8_t* p) {
+  uint16_t u;
+  std::memcpy(&u, p, sizeof u);
+  return u;
+}
+inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i ld256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+constexpr size_t kQ8K_d = offsetof(block_q8_K, d);
+constexpr size_t kQ8K_qs = offsetof(block_q8_K, qs);
+constexpr size_t kQ8K_bsums = offsetof(block_q8_K, bsums);
+
+// ---------------------------------------------------------------------------------------------
+// Scale unpacking (SSE/AVX2, shared by every policy)
+
+// Q4_K/Q5_K: 12 bytes of 6-bit scales and mins (16 bytes are read; the block goes on) -> int16
+// [sc0..sc7 | m0..m7]. As dwords D0 D1 D2: sc0-3 = D0 & 0x3f, sc4-7 = (D2 & 0x0f) | (D0 >> 6 & 3) << 4,
+// m0-3 = D1 & 0x3f, m4-7 = (D2 >> 4 & 0x0f) | (D1 >> 6 & 3) << 4.
+inline __m256i scales_mins_k4(const uint8_t* p) {
+  const __m128i v = ld128(p);
+  const __m128i x = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // D0 D2 D1 D2
+  const __m128i y = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // D0 D0 D1 D1
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 0, 4)),
+                                   _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(y, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+}
+
+// int16 [m0 m0 m1 m1 .. m7 m7] from [.. | m0..m7]: the multipliers of the 16 Q8_K bsums (bsums
+// 2j and 2j+1 belong to 32-element sub-block j).
+inline __m256i dup_pairs_high(__m256i s16) {
+  const __m128i m = _mm256_extracti128_si256(s16, 1);
+  return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+}
+// Same from the low half [s0..s7 | ..].
+inline __m256i dup_pairs_low(__m256i s16) {
+  const __m128i m = _mm256_castsi256_si128(s16);
+  return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+}
+
+// Q3_K: the 16 6-bit scales minus 32, as int16. 12 bytes as dwords D0 D1 D2:
+//   s0-3 = D0 & 0xf | (D2 & 3) << 4          s4-7   = D1 & 0xf | (D2 >> 2 & 3) << 4
+//   s8-11 = D0 >> 4 & 0xf | (D2 >> 4 & 3) << 4  s12-15 = D1 >> 4 & 0xf | (D2 >> 6 & 3) << 4
+// The 16 bytes ending with the scales are read (the qs before them): the block may end the row.
+static_assert(offsetof(block_q3_K, scales) >= 4);
+inline __m256i scales_q3k(const uint8_t* scales) {
+  const __m128i v = ld128(scales - 4);  // scale byte k at v[4 + k]
+  const __m128i x = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i y = _mm_shuffle_epi8(v, _mm_setr_epi8(12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15));
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+  const __m128i hi = _mm_and_si128(_mm_slli_epi32(_mm_srlv_epi32(y, _mm_setr_epi32(0, 2, 4, 6)), 4), _mm_set1_epi8(0x30));
+  return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
+}
+
+// IQ4_XS: the 8 sub-block scales ls - 32 as int16 in the low half (the high half zero).
+inline __m256i scales_iq4xs(const uint8_t* blk) {
+  const uint32_t sh = ld_u16(blk + offsetof(block_iq4_xs, scales_h));
+  const uint32_t sl = ld_u32(blk + offsetof(block_iq4_xs, scales_l));
+  alignas(32) int16_t s[16] = {};
+  for (int ib = 0; ib < 8; ++ib) {
+    s[ib] = static_cast<int16_t>((((sl >> (4 * ib)) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+}
+
+// The IQ4_NL / IQ4_XS codebook shifted by +128 (as unsigned bytes, 1..241).
+inline __m128i iq4_book_u8() {
+  alignas(16) uint8_t b[16];
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(b));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile loops. The row pointers of a tile: row r at w + r * ws, activation row c at a + c * as.
+
+template <int R>
+struct RowPtrs {
+  const uint8_t* p[R];
+  RowPtrs(const uint8_t* base, size_t stride) {
+    for (int r = 0; r < R; ++r) p[r] = base + static_cast<size_t>(r) * stride;
+  }
+};
+
+// K-quant-like kernels (256-element blocks against Q8_K). Each type provides, for one weight
+// block:
+//   prep(blk)                  -> per-row block state S (scales, float multipliers)
+//   group<G>(blk, S)           -> VI u of group G (0..3)
+//   scale<G>(S)                -> VI multipliers of group G (pairs or int32, per kMul)
+//   corr(S, bsums)             -> 256-bit int32x8: the integer offset correction (subtracted)
+//                                 or the mins sum (folded, kFoldMins)
+//   fscale(S)                  -> VF multiplier of the folded lanes (times d of the activations)
+template <class P, class W, int R, int C>
+inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  using VI = typename P::VI;
+  using VF = typename P::VF;
+  using S = typename W::template State<P>;
+  const int64_t nb = n / QK_K;
+  VF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = P::fzero();
+  }
+  const RowPtrs<R> wr(w, ws);
+  const RowPtrs<C> ar(a, as);
+  for (int64_t i = 0; i < nb; ++i) {
+    const size_t wo = static_cast<size_t>(i) * sizeof(typename W::Block);
+    const size_t ao = static_cast<size_t>(i) * sizeof(block_q8_K);
+    S st[R];
+    for (int r = 0; r < R; ++r) st[r] = W::template prep<P>(wr.p[r] + wo);
+    VI isum[R][C];
+    for (int c = 0; c < C; ++c) {
+      const __m256i bsums = ld256(ar.p[c] + ao + kQ8K_bsums);
+      for (int r = 0; r < R; ++r) isum[r][c] = W::template init<P>(st[r], bsums);
+    }
+    auto do_group = [&]<int G>() {
+      VI u[R], sv[R];
+      for (int r = 0; r < R; ++r) {
+        u[r] = W::template group<P, G>(wr.p[r] + wo, st[r]);
+        sv[r] = W::template scale<P, G>(st[r]);
+      }
+      for (int c = 0; c < C; ++c) {
+        const VI yv = P::load64(ar.p[c] + ao + kQ8K_qs + 64 * G);
+        for (int r = 0; r < R; ++r) isum[r][c] = W::template accumulate<P>(isum[r][c], u[r], yv, sv[r]);
+      }
+    };
+    do_group.template operator()<0>();
+    do_group.template operator()<1>();
+    do_group.template operator()<2>();
+    do_group.template operator()<3>();
+    for (int c = 0; c < C; ++c) {
+      const VF dy = P::fset1(ld_f32(ar.p[c] + ao + kQ8K_d));
+      const __m256i bsums = ld256(ar.p[c] + ao + kQ8K_bsums);
+      for (int r = 0; r < R; ++r) {
+        const VI folded = W::template finish<P>(isum[r][c], st[r], bsums);
+        acc[r][c] = P::fmadd(P::cvt(folded), P::fmul(st[r].fscale, dy), acc[r][c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[c * ys + r] = P::hsum(acc[r][c]);
+  }
+}
+
+// Multiply-accumulate of a group's 4-product sums with its scales: lo16 pairs (s, 0) by vpdpwssd
+// where |4-product sum| < 2^15.
+struct MulPairs {
+  template <class P>
+  static typename P::VI accumulate(typename P::VI acc, typename P::VI u, typename P::VI y, typename P::VI sv) {
+    return P::dpwssd(acc, P::dpbusd(P::izero(), u, y), sv);
+  }
+};
+
+// Q4_K / Q5_K: x = d * sc * q - dmin * m; q = u in [0, 15] (Q5_K: [0, 31], the 5th bit from qh).
+// Group G = 64 elements: the low nibbles of qs[32G..32G+31] (sub-block 2G), then their high
+// nibbles (sub-block 2G+1); Q5_K's 5th bit of sub-block j is bit j of qh[l].
+// Fold: lanes 0-7 = d * sum(sc * q * y), lanes 8-15 = -dmin * sum(m * bsums).
+template <bool Five>
+struct KQ45 : MulPairs {
+  using Block = std::conditional_t<Five, block_q5_K, block_q4_K>;
+  template <class P>
+  struct State {
+    __m256i s16;   // sc0..7 | m0..7
+    __m256i mdup;  // m0 m0 m1 m1 .. m7 m7
+    typename P::VF fscale;
+  };
+  template <class P>
+  static State<P> prep(const uint8_t* b) {
+    State<P> s;
+    s.s16 = scales_mins_k4(b + offsetof(Block, scales));
+    s.mdup = dup_pairs_high(s.s16);
+    s.fscale = P::fset_halves(ld_f16(b + offsetof(Block, d)), -ld_f16(b + offsetof(Block, dmin)));
+    return s;
+  }
+  template <class P>
+  static typename P::VI init(const State<P>&, __m256i) {
+    return P::izero();
+  }
+  template <class P, int G>
+  static typename P::VI group(const uint8_t* b, const State<P>&) {
+    const typename P::VI v = P::bcast32(b + offsetof(Block, qs) + 32 * G);
+    typename P::VI u = P::and_(P::template srl_halves<0, 4>(v), P::set1_8(0x0f));
+    if constexpr (Five) {
+      const typename P::VI h = P::bcast32(b + offsetof(block_q5_K, qh));
+      u = P::or_(u, P::template sll32<4>(P::and_(P::template srl_halves<2 * G, 2 * G + 1>(h), P::set1_8(1))));
+    }
+    return u;
+  }
+  template <class P, int G>
+  static typename P::VI scale(const State<P>& s) {
+    return P::template scales_32<G>(s.s16);
+  }
+  template <class P>
+  static typename P::VI finish(typename P::VI isum, const State<P>& s, __m256i bsums) {
+    return P::fold_set_high(isum, _mm256_madd_epi16(bsums, s.mdup));
+  }
+};
+
+// Q6_K: x = d * sc * (u - 32), u in [0, 63]: 4 bits from ql, 2 from qh. Element 128h + 32k + l:
+// ql[64h + 32(k & 1) + l], low nibble for k < 2, high for k >= 2; qh[32h + l] bits 2k, 2k+1.
+// Group G (h = G / 2, k = 2(G % 2), 2(G % 2) + 1): the 64 bytes ql[64h..] (low nibbles for even
+// G, high for odd), qh[32h..] shifted by 2k. Sub-blocks of 16 with int8 scales.
+struct KQ6 : MulPairs {
+  using Block = block_q6_K;
+  template <class P>
+  struct State {
+    __m256i s16;
+    typename P::VF fscale;
+  };
+  template <class P>
+  static State<P> prep(const uint8_t* b) {
+    State<P> s;
+    s.s16 = _mm256_cvtepi8_epi16(ld128(b + offsetof(block_q6_K, scales)));
+    s.fscale = P::fset1(ld_f16(b + offsetof(block_q6_K, d)));
+    return s;
+  }
+  // sum sc * (u - 32) * y = sum sc * u * y - 32 * sum(sc * bsum)
+  template <class P>
+  static typename P::VI init(const State<P>& s, __m256i bsums) {
+    return P::zext(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(bsums, s.s16), 5)));
+  }
+  template <class P, int G>
+  static typename P::VI group(const uint8_t* b, const State<P>&) {
+    constexpr int H = G / 2, K = 2 * (G % 2);
+    const typename P::VI l = P::load64(b + offsetof(block_q6_K, ql) + 64 * H);
+    const typename P::VI nib = P::and_(G % 2 ? P::template srl32<4>(l) : l, P::set1_8(0x0f));
+    const typename P::VI h = P::bcast32(b + offsetof(block_q6_K, qh) + 32 * H);
+    return P::or_(nib, P::template sll32<4>(P::and_(P::template srl_halves<2 * K, 2 * K + 2>(h), P::set1_8(3))));
+  }
+  template <class P, int G>
+  static typename P::VI scale(const State<P>& s) {
+    return P::template scales_16<G>(s.s16);
+  }
+  template <class P>
+  static typename P::VI finish(typename P::VI isum, const State<P>&, __m256i) {
+    return isum;
+  }
+};
+
+// Q3_K: x = d * (sc - 32) * (u - 4), u = low 2 bits | high bit << 2 in [0, 7]. Element
+// 128h + 32k + l: (qs[32h + l] >> 2k) & 3, high bit: bit 4h + k of hmask[l].
+struct KQ3 : MulPairs {
+  using Block = block_q3_K;
+  template <class P>
+  struct State {
+    __m256i s16;
+    typename P::VF fscale;
+  };
+  template <class P>
+  static State<P> prep(const uint8_t* b) {
+    State<P> s;
+    s.s16 = scales_q3k(b + offsetof(block_q3_K, scales));
+    s.fscale = P::fset1(ld_f16(b + offsetof(block_q3_K, d)));
+    return s;
+  }
+  template <class P>
+  static typename P::VI init(const State<P>& s, __m256i bsums) {
+    return P::zext(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(bsums, s.s16), 2)));
+  }
+  template <class P, int G>
+  static typename P::VI group(const uint8_t* b, const State<P>&) {
+    constexpr int H = G / 2, K = 2 * (G % 2);
+    const typename P::VI v = P::bcast32(b + offsetof(block_q3_K, qs) + 32 * H);
+    const typename P::VI lo = P::and_(P::template srl_halves<2 * K, 2 * K + 2>(v), P::set1_8(3));
+    const typename P::VI hm = P::bcast32(b + offsetof(block_q3_K, hmask));
+    const typename P::VI hi = P::and_(P::template srl_halves<4 * H + K, 4 * H + K + 1>(hm), P::set1_8(1));
+    return P::or_(lo, P::template sll32<2>(hi));
+  }
+  template <class P, int G>
+  static typename P::VI scale(const State<P>& s) {
+    return P::template scales_16<G>(s.s16);
+  }
+  template <class P>
+  static typename P::VI finish(typename P::VI isum, const State<P>&, __m256i) {
+    return isum;
+  }
+};
+
+// Q2_K: x = d * (sc & 15) * u - dmin * (sc >> 4), u in [0, 3]: element 128h + 32k + l is
+// (qs[32h + l] >> 2k) & 3; sub-blocks of 16.
+struct KQ2 : MulPairs {
+  using Block = block_q2_K;
+  template <class P>
+  struct State {
+    __m256i s16, m16;
+    typename P::VF fscale;
+  };
+  template <class P>
+  static State<P> prep(const uint8_t* b) {
+    State<P> s;
+    const __m128i raw = ld128(b + offsetof(block_q2_K, scales));
+    s.s16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
+    s.m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+    s.fscale = P::fset_halves(ld_f16(b + offsetof(block_q2_K, d)), -ld_f16(b + offsetof(block_q2_K, dmin)));
+    return s;
+  }
+  template <class P>
+  static typename P::VI init(const State<P>&, __m256i) {
+    return P::izero();
+  }
+  template <class P, int G>
+  static typename P::VI group(const uint8_t* b, const State<P>&) {
+    constexpr int H = G / 2, K = 2 * (G % 2);
+    const typename P::VI v = P::bcast32(b + offsetof(block_q2_K, qs) + 32 * H);
+    return P::and_(P::template srl_halves<2 * K, 2 * K + 2>(v), P::set1_8(3));
+  }
+  template <class P, int G>
+  static typename P::VI scale(const State<P>& s) {
+    return P::template scales_16<G>(s.s16);
+  }
+  template <class P>
+  static typename P::VI finish(typename P::VI isum, const State<P>& s, __m256i bsums) {
+    return P::fold_set_high(isum, _mm256_madd_epi16(bsums, s.m16));
+  }
+};
+
+// IQ4_XS: x = d * (ls - 32) * book[code]; u = book[code] + 128 in [1, 241] (too large for the
+// 16-bit scale path: the scale multiplies by vpmulld). Sub-block j's codes in qs[16j..16j+15]
+// (low nibbles: elements 0-15, high: 16-31); group G = sub-blocks 2G, 2G+1.
+// sum s * (u - 128) * y = sum s * u * y - 128 * sum(s * (bsum_2j + bsum_2j+1)).
+struct KIQ4XS {
+  using Block = block_iq4_xs;
+  template <class P>
+  struct State {
+    __m256i s16;
+    typename P::VF fscale;
+  };
+  template <class P>
+  static State<P> prep(const uint8_t* b) {
+    State<P> s;
+    s.s16 = scales_iq4xs(b);
+    s.fscale = P::fset1(ld_f16(b + offsetof(block_iq4_xs, d)));
+    return s;
+  }
+  template <class P>
+  static typename P::VI init(const State<P>& s, __m256i bsums) {
+    const __m256i m = _mm256_madd_epi16(bsums, _mm256_slli_epi16(dup_pairs_low(s.s16), 7));
+    return P::zext(_mm256_sub_epi32(_mm256_setzero_si256(), m));
+  }
+  template <class P, int G>
+  static typename P::VI group(const uint8_t* b, const State<P>&) {
+    const uint8_t* q = b + offsetof(block_iq4_xs, qs) + 32 * G;
+    const typename P::VI idx = P::and_(P::template srl_odd_lanes<4>(P::load16x2_dup(q, q + 16)), P::set1_8(0x0f));
+    return P::shuffle8(P::bcast128(iq4_book_u8()), idx);
+  }
+  template <class P, int G>
+  static typename P::VI scale(const State<P>& s) {
+    return P::template scales32_32<G>(s.s16);
+  }
+  template <class P>
+  static typename P::VI accumulate(typename P::VI acc, typename P::VI u, typename P::VI y, typename P::VI sv) {
+    return P::add32(acc, P::mullo32(P::dpbusd(P::izero(), u, y), sv));
+  }
+  template <class P>
+  static typename P::VI finish(typename P::VI isum, const State<P>&, __m256i) {
+    return isum;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// 32-element blocks against Q8_0 / Q8_1: a group is two blocks (block 2j in the lower 256 bits,
+// 2j+1 in the upper); an odd last block is a group with an empty upper half.
+// Per group: isum = dpbusd(-off * sum(y), u, y) (lanes of 4), then
+// acc += cvt(isum) * (d_w * d_a, per half); Q4_1/Q5_1 also acc += m_w * s_a in lanes 0 and 8.
+
+constexpr size_t kQ80_d = offsetof(block_q8_0, d);
+constexpr size_t kQ80_qs = offsetof(block_q8_0, qs);
+constexpr size_t kQ81_d = offsetof(block_q8_1, d);
+constexpr size_t kQ81_s = offsetof(block_q8_1, s);
+constexpr size_t kQ81_qs = offsetof(block_q8_1, qs);
+
+// The 32 codes (nibbles) of two 16-byte halves at p0, p1 as [lo(p0) hi(p0) lo(p1) hi(p1)]
+// (p1 == nullptr: upper half zero).
+template <class P>
+inline typename P::VI nibbles2(const uint8_t* p0, const uint8_t* p1) {
+  const typename P::VI v = p1 ? P::load16x2_dup(p0, p1) : P::load16_dup_lo(p0);
+  return P::and_(P::template srl_odd_lanes<4>(v), P::set1_8(0x0f));
+}
+
+struct KQ4_0 {
+  using Block = block_q4_0;
+  static constexpr int kOffset = 8;
+  static constexpr bool kMin = false;
+  template <class P>
+  static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
+    return nibbles2<P>(b0 + offsetof(block_q4_0, qs), b1 ? b1 + offsetof(block_q4_0, qs) : nullptr);
+  }
+};
+struct KIQ4NL {
+  using Block = block_iq4_nl;
+  static constexpr int kOffset = 128;
+  static constexpr bool kMin = false;
+  template <class P>
+  static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
+    const typename P::VI idx = nibbles2<P>(b0 + offsetof(block_iq4_nl, qs), b1 ? b1 + offsetof(block_iq4_nl, qs) : nullptr);
+    return P::shuffle8(P::bcast128(iq4_book_u8()), idx);
+  }
+};
+template <bool One>
+struct KQ5 {
+  using Block = std::conditional_t<One, block_q5_1, block_q5_0>;
+  static constexpr int kOffset = One ? 0 : 16;
+  static constexpr bool kMin = One;
+  template <class P>
+  static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
+    const typename P::VI u = nibbles2<P>(b0 + offsetof(Block, qs), b1 ? b1 + offsetof(Block, qs) : nullptr);
+    const uint64_t bits = ld_u32(b0 + offsetof(Block, qh)) | (b1 ? uint64_t{ld_u32(b1 + offsetof(Block, qh))} << 32 : 0);
+    return P::or_bits(u, bits, 0x10);
+  }
+};
+struct KQ4_1 {
+  using Block = block_q4_1;
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  template <class P>
+  static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
+    return nibbles2<P>(b0 + offsetof(block_q4_1, qs), b1 ? b1 + offsetof(block_q4_1, qs) : nullptr);
+  }
+};
+// Q8_0: u = q + 128 (the sign bit flipped), exact for every pair of int8 (-128 included).
+struct KQ8_0 {
+  using Block = block_q8_0;
+  static constexpr int kOffset = 128;
+  static constexpr bool kMin = false;
+  template <class P>
+  static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
+    const typename P::VI q = b1 ? P::load32x2(b0 + kQ80_qs, b1 + kQ80_qs) : P::load32_lo(b0 + kQ80_qs);
+    // an empty upper half becomes 128s, against activations that are 0 there
+    return P::xor_(q, P::set1_8(static_cast<char>(0x80)));
+  }
+};
+
+template <class P, class W, int R, int C>
+inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  using VI = typename P::VI;
+  using VF = typename P::VF;
+  constexpr size_t WB = sizeof(typename W::Block);
+  constexpr size_t AB = W::kMin ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  constexpr size_t a_qs = W::kMin ? kQ81_qs : kQ80_qs;
+  constexpr size_t a_d = W::kMin ? kQ81_d : kQ80_d;
+  const int64_t nb = n / 32;
+  VF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = P::fzero();
+  }
+  const RowPtrs<R> wr(w, ws);
+  const RowPtrs<C> ar(a, as);
+  for (int64_t i = 0; i < nb; i += 2) {
+    const bool two = i + 1 < nb;
+    const size_t wo0 = static_cast<size_t>(i) * WB, wo1 = wo0 + WB;
+    const size_t ao0 = static_cast<size_t>(i) * AB, ao1 = ao0 + AB;
+    VI u[R];
+    VF dw[R], mw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = wr.p[r] + wo0;
+      const uint8_t* b1 = two ? wr.p[r] + wo1 : nullptr;
+      u[r] = W::template decode<P>(b0, b1);
+      dw[r] = P::fset_halves(ld_f16(b0), two ? ld_f16(b1) : 0.0f);
+      if constexpr (W::kMin) mw[r] = P::fset_lane0_8(ld_f16(b0 + 2), two ? ld_f16(b1 + 2) : 0.0f);
+    }
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* y0 = ar.p[c] + ao0;
+      const uint8_t* y1 = ar.p[c] + ao1;
+      const VI yv = two ? P::load32x2(y0 + a_qs, y1 + a_qs) : P::load32_lo(y0 + a_qs);
+      VI base = P::izero();
+      if constexpr (W::kOffset != 0) {
+        base = P::sub32(P::izero(), P::dpbusd(P::izero(), P::set1_8(static_cast<char>(W::kOffset)), yv));
+      }
+      const VF da = P::fset_halves(ld_f16(y0 + a_d), two ? ld_f16(y1 + a_d) : 0.0f);
+      VF sa;
+      if constexpr (W::kMin) sa = P::fset_lane0_8(ld_f16(y0 + kQ81_s), two ? ld_f16(y1 + kQ81_s) : 0.0f);
+      for (int r = 0; r < R; ++r) {
+        const VI isum = P::dpbusd(base, u[r], yv);
+        acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r], da), acc[r][c]);
+        if constexpr (W::kMin) acc[r][c] = P::fmadd(mw[r], sa, acc[r][c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[c * ys + r] = P::hsum(acc[r][c]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drivers: a GemmFn over tiles of at most P::R rows x P::C activation rows, and the vec_dot
+// (the 1 x 1 tile).
+
+using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, int64_t);
+
+template <class P, class W, int R, int C>
+void tile_entry(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  if constexpr (requires { W::kOffset; }) {
+    tile_32<P, W, R, C>(n, w, ws, a, as, y, ys);
+  } else {
+    tile_k<P, W, R, C>(n, w, ws, a, as, y, ys);
+  }
+}
+
+template <class P, class W>
+struct TileTable {
+  TileFn fn[P::R][P::C];
+  constexpr TileTable() : fn{} {
+    fill(std::make_integer_sequence<int, P::R * P::C>{});
+  }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fn[I / P::C][I % P::C] = &tile_entry<P, W, I / P::C + 1, I % P::C + 1>), ...);
+  }
+};
+
+// Activation rows are taken in blocks of kActBlock so that a block of them stays in L1/L2 while
+// every row tile of the weights passes over it.
+constexpr int64_t kActBlock = 16;
+
+template <class P, class W>
+void gemm(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
+          int64_t ys) {
+  static constexpr TileTable<P, W> table;
+  const auto* w = static_cast<const uint8_t*>(vw);
+  const auto* a = static_cast<const uint8_t*>(va);
+  for (int64_t cb = 0; cb < nc; cb += kActBlock) {
+    const int64_t ce = cb + kActBlock < nc ? cb + kActBlock : nc;
+    for (int64_t r0 = 0; r0 < nr; r0 += P::R) {
+      const int64_t rr = nr - r0 < P::R ? nr - r0 : P::R;
+      for (int64_t c0 = cb; c0 < ce; c0 += P::C) {
+        const int64_t cc = ce - c0 < P::C ? ce - c0 : P::C;
+        table.fn[rr - 1][cc - 1](n, w + static_cast<size_t>(r0) * ws, ws, a + static_cast<size_t>(c0) * as, as,
+                                 y + c0 * ys + r0, ys);
+      }
+    }
+  }
+}
+
+template <class P, class W>
+float vec_dot(int64_t n, const void* w, const void* a) {
+  float y;
+  tile_entry<P, W, 1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0);
+  return y;
+}
+
+}  // namespace tiles
+}  // namespace
+}  // namespace les
