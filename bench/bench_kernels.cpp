@@ -1,21 +1,23 @@
 // Micro-benchmarks of the dot-product kernels, at each ISA this CPU supports. Three modes:
 //
-//   bench_kernels [--rows R] [--cols C] [--reps N] [--type T]...
-//       vec_dot throughput: a matrix-vector product over a rows x cols weight matrix (default
-//       4096 x 2048, 4.7 MB at Q4_K: in L2/L3, so this measures the kernels, not DRAM); GB/s of
-//       weight bytes (median of repeats) and the speed-up over scalar.
+//   bench_kernels [--vec-dot] [--rows R] [--cols C] [--reps N] [--type T]...
+//       matrix-vector products over a rows x cols weight matrix (default 4096 x 2048, 4.7 MB at
+//       Q4_K: in L2/L3, so this measures the kernels, not DRAM) as matmul runs them (the table's
+//       gemm over blocks of 64 rows; --vec-dot: one vec_dot per row); GB/s of weight bytes
+//       (median of repeats) and the speed-up over scalar.
 //   bench_kernels --tokens N [--rows R] [--cols C] [--reps N] [--type T]...
 //       batched products (prefill-shaped): the same matrix times N activation rows, through the
 //       table's gemm and through one vec_dot per output (the same results); GMAC/s and the gain.
 //   bench_kernels --decode [--mb M] [--rows R] [--cols C] [--threads T] [--reps N] [--type T]...
 //       decode-shaped products from DRAM: M MB of weights (default 2048, far beyond any cache)
 //       cut into matrices of R rows (default 768 x 2048: one expert's gate/up of the 30B-A3B
-//       shape), each multiplied with one token by T threads (as matmul does), in a shuffled
+//       shape), each multiplied with one token by les::matmul on T threads, in a shuffled
 //       order; next to the machine's read bandwidth measured on the same buffer with the same
 //       threads (an AVX2 read of every byte). GB/s of weight bytes and the fraction of the read
 //       bandwidth.
 //
-// Not a test: numbers depend on the machine and its load.
+// Not a test: numbers depend on the machine and its load. Single-threaded modes time the thread's
+// CPU time (time spent descheduled on a shared machine does not count); --decode times wall time.
 
 #include <immintrin.h>
 
@@ -26,10 +28,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "les/model/matmul.h"
 #include "les/quant/blocks.h"
 #include "les/quant/kernels.h"
 #include "les/quant/types.h"
@@ -107,14 +111,22 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CPU time of the calling thread: on a shared machine, time spent descheduled does not count
+// (single-threaded measurements use it; multi-threaded ones need wall time).
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 template <typename F>
-double median_seconds(int reps, F&& f) {
+double median_seconds(int reps, F&& f, double (*clock)() = thread_cpu_s) {
   f();  // warm-up (caches, page faults, clocks)
   std::vector<double> t;
   for (int k = 0; k < reps; ++k) {
-    const double t0 = now_s();
+    const double t0 = clock();
     f();
-    t.push_back(now_s() - t0);
+    t.push_back(clock() - t0);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -123,7 +135,7 @@ double median_seconds(int reps, F&& f) {
 struct Options {
   int64_t rows = 4096, cols = 2048, tokens = 0;
   int reps = 21, threads = 2;
-  bool decode = false;
+  bool decode = false, vec_dot = false;
   double mb = 2048;
   std::vector<Type> types;
 };
@@ -136,15 +148,19 @@ std::vector<Isa> supported_isas() {
   return isas;
 }
 
-void run_vec_dot(const Options& o) {
+// Matrix-vector products as matmul runs them (gemm_rows over blocks of 64 rows, one token), or
+// (vec_dot) one vec_dot per row.
+void run_matvec(const Options& o) {
   const std::vector<Isa> isas = supported_isas();
-  std::printf("vec_dot throughput, %lld x %lld matrix, median of %d, GB/s of weight bytes (detected ISA: %s)\n",
-              static_cast<long long>(o.rows), static_cast<long long>(o.cols), o.reps, isa_name(detect_isa()));
+  std::printf("%s throughput, %lld x %lld matrix, one thread, median of %d, GB/s of weight bytes (detected ISA: %s)\n",
+              o.vec_dot ? "vec_dot" : "matrix-vector product", static_cast<long long>(o.rows),
+              static_cast<long long>(o.cols), o.reps, isa_name(detect_isa()));
   std::printf("%-6s %9s", "type", "MB");
   for (Isa isa : isas) std::printf(" %10s", isa_name(isa));
   std::printf(" %9s\n", "speedup");
   std::mt19937_64 rng(1234);
   float sink = 0;
+  std::vector<float> y(static_cast<size_t>(o.rows));
   for (Type t : o.types) {
     const size_t row_b = row_bytes(t, o.cols);
     std::vector<uint8_t> w(row_b * static_cast<size_t>(o.rows));
@@ -153,11 +169,20 @@ void run_vec_dot(const Options& o) {
     std::printf("%-6s %9.2f", type_name(t), static_cast<double>(w.size()) / 1e6);
     std::vector<double> gbs;
     for (Isa isa : isas) {
-      const VecDotFn fn = kernel_table(isa)->vec_dot[static_cast<int>(t)];
+      const KernelTable& kt = *kernel_table(isa);
+      const VecDotFn fn = kt.vec_dot[static_cast<int>(t)];
       // scalar kernels are slow: fewer repeats
       const int r = isa == Isa::scalar ? std::max(1, o.reps / 4) : o.reps;
       const double s = median_seconds(r, [&] {
-        for (int64_t i = 0; i < o.rows; ++i) sink += fn(o.cols, w.data() + static_cast<size_t>(i) * row_b, a.data());
+        if (o.vec_dot) {
+          for (int64_t i = 0; i < o.rows; ++i) sink += fn(o.cols, w.data() + static_cast<size_t>(i) * row_b, a.data());
+        } else {
+          for (int64_t i = 0; i < o.rows; i += 64) {
+            gemm_rows(kt, t, o.cols, w.data() + static_cast<size_t>(i) * row_b, row_b, std::min<int64_t>(64, o.rows - i),
+                      a.data(), 0, 1, y.data() + i, 1);
+          }
+          sink += y[0];
+        }
       });
       gbs.push_back(static_cast<double>(w.size()) / s / 1e9);
       std::printf(" %10.2f", gbs.back());
@@ -253,7 +278,7 @@ void run_decode(const Options& o) {
           sums[static_cast<size_t>(th)] += read_bytes(w.data() + off, std::min<size_t>(static_cast<size_t>(chunk), total - off));
         }
       });
-    });
+    }, now_s);
     const double bw = static_cast<double>(total) / s_read / 1e9;
     uint64_t check = 0;
     for (uint64_t v : sums) check += v;
@@ -262,15 +287,19 @@ void run_decode(const Options& o) {
     std::vector<float> y(static_cast<size_t>(o.rows));
     for (Isa isa : isas) {
       if (isa == Isa::scalar) continue;
-      const KernelTable& kt = *kernel_table(isa);
+      set_active_isa(isa);
+      QuantizedActs qa;
+      qa.type = act_type(t);
+      qa.n_in = o.cols;
+      qa.n_tok = 1;
+      qa.row_bytes = a.size();
+      qa.buf = a;
       const double s = median_seconds(o.reps, [&] {
         for (size_t m : order) {
-          const uint8_t* wm = w.data() + m * mat_b;
-          pool.parallel_for(o.rows, 16, [&](int, int64_t r0, int64_t r1) {
-            gemm_rows(kt, t, o.cols, wm + static_cast<size_t>(r0) * row_b, row_b, r1 - r0, a.data(), 0, 1, y.data() + r0, 1);
-          });
+          const Matrix wm{t, o.cols, o.rows, row_b, w.data() + m * mat_b};
+          matmul(wm, qa, y.data(), o.rows, pool);
         }
-      });
+      }, now_s);
       const double gbs = static_cast<double>(total) / s / 1e9;
       std::printf("  %-8s products %6.1f GB/s = %3.0f%% of the read bandwidth\n", isa_name(isa), gbs, 100 * gbs / bw);
     }
@@ -298,6 +327,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::max(1, std::atoi(next()));
     else if (a == "--tokens") o.tokens = std::max<int64_t>(1, std::atoll(next()));
     else if (a == "--decode") o.decode = true;
+    else if (a == "--vec-dot") o.vec_dot = true;
     else if (a == "--mb") o.mb = std::atof(next());
     else if (a == "--threads") o.threads = std::max(1, std::atoi(next()));
     else if (a == "--type") {
@@ -309,8 +339,8 @@ int main(int argc, char** argv) {
       o.types.push_back(*t);
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--rows R] [--cols C] [--reps N] [--type T]... [--tokens N | --decode [--mb M] "
-                   "[--threads T]]\n",
+                   "usage: %s [--rows R] [--cols C] [--reps N] [--type T]... [--vec-dot | --tokens N | --decode "
+                   "[--mb M] [--threads T]]\n",
                    argv[0]);
       return 2;
     }
@@ -330,7 +360,7 @@ int main(int argc, char** argv) {
   } else if (o.tokens > 0) {
     run_tokens(o);
   } else {
-    run_vec_dot(o);
+    run_matvec(o);
   }
   return 0;
 }

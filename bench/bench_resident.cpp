@@ -1,8 +1,9 @@
 // Fully resident prefill and decode speed of les next to llama.cpp on the same file, thread
 // count, prompt length and decode length, in one run (medians of repeats). llama.cpp is run via
-// tools/llamacpp-ref/bench.mjs (node-llama-cpp) when installed.
+// tools/llamacpp-ref/bench.mjs (node-llama-cpp) when installed. --isa runs les once per listed
+// kernel ISA, the ISAs interleaved within each repeat (the first one is compared to llama.cpp).
 //
-//   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--no-llamacpp] [--json FILE]
+//   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--isa avx512,avx2] [--no-llamacpp] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   std::string model_path, json_out;
   int threads = 2, n_prompt = 128, n_gen = 64, reps = 5;
   bool run_llamacpp = true;
+  std::vector<Isa> isas;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -47,8 +49,22 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::stoi(val());
     else if (k == "--no-llamacpp") run_llamacpp = false;
     else if (k == "--json") json_out = val();
+    else if (k == "--isa") {
+      std::stringstream ss(val());
+      std::string name;
+      while (std::getline(ss, name, ',')) {
+        Isa isa;
+        if (!parse_isa(name.c_str(), isa) || !isa_supported(isa)) {
+          std::fprintf(stderr, "bench_resident: ISA '%s' unknown or not supported by this CPU\n", name.c_str());
+          return 2;
+        }
+        isas.push_back(isa);
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--no-llamacpp] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--isa avx512,avx2] [--no-llamacpp] "
+                   "[--json FILE]\n");
       return 2;
     }
   }
@@ -62,32 +78,38 @@ int main(int argc, char** argv) {
     std::mt19937 rng(42);
     std::vector<int32_t> prompt;
     for (int i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(std::max(2, c.n_vocab - 300))));
-    std::vector<double> pre, dec;
+    if (isas.empty()) isas.push_back(kernels().isa);
+    std::vector<std::vector<double>> pre(isas.size()), dec(isas.size());
     for (int r = 0; r < reps + 1; ++r) {
-      Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
-      double t0 = now_s();
-      ctx.eval(prompt, false);
-      const double tp = now_s() - t0;
-      t0 = now_s();
-      for (int i = 0; i < n_gen; ++i) {
-        const float* lg = ctx.last_logits();
-        const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + c.n_vocab) - lg);
-        ctx.eval(std::span<const int32_t>(&next, 1), false);
+      for (size_t k = 0; k < isas.size(); ++k) {
+        set_active_isa(isas[k]);
+        Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
+        double t0 = now_s();
+        ctx.eval(prompt, false);
+        const double tp = now_s() - t0;
+        t0 = now_s();
+        for (int i = 0; i < n_gen; ++i) {
+          const float* lg = ctx.last_logits();
+          const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + c.n_vocab) - lg);
+          ctx.eval(std::span<const int32_t>(&next, 1), false);
+        }
+        const double td = now_s() - t0;
+        if (r == 0) continue;  // warm-up
+        pre[k].push_back(n_prompt / tp);
+        dec[k].push_back(n_gen / td);
       }
-      const double td = now_s() - t0;
-      if (r == 0) continue;  // warm-up
-      pre.push_back(n_prompt / tp);
-      dec.push_back(n_gen / td);
     }
-    const double les_pre = median(pre), les_dec = median(dec);
     const double active = static_cast<double>(m->dense_bytes()) +
                           static_cast<double>(c.n_expert_used) * static_cast<double>(m->expert_size(0)) * c.n_layer;
-    std::printf("model %s (%s), %d threads, isa %s, prompt %d, decode %d, %d reps\n", model_path.c_str(),
-                c.arch_str.c_str(), threads, isa_name(kernels().isa), n_prompt, n_gen, reps);
-    std::printf("les:       prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
-                les_pre, les_dec, active * les_dec / 1e9);
+    std::printf("model %s (%s), %d threads, prompt %d, decode %d, %d reps\n", model_path.c_str(), c.arch_str.c_str(),
+                threads, n_prompt, n_gen, reps);
+    for (size_t k = 0; k < isas.size(); ++k) {
+      std::printf("les %-8s prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
+                  isa_name(isas[k]), median(pre[k]), median(dec[k]), active * median(dec[k]) / 1e9);
+    }
+    const double les_pre = median(pre[0]), les_dec = median(dec[0]);
     nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"prompt", n_prompt}, {"decode", n_gen},
-                          {"les_prefill_tok_s", les_pre}, {"les_decode_tok_s", les_dec},
+                          {"isa", isa_name(isas[0])}, {"les_prefill_tok_s", les_pre}, {"les_decode_tok_s", les_dec},
                           {"active_bytes_per_token", active}};
     if (run_llamacpp) {
       const std::string tmp = "/tmp/bench_resident_llamacpp.json";

@@ -930,9 +930,9 @@ TEST(QuantRefDot, MatchesDequantizedFloatDot) {
 // for bit, dot products within float rounding.
 TEST(QuantRefDispatch, IsaTablesAgreeWithScalar) {
   const KernelTable& s = *kernel_table(Isa::scalar);
-  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
     const KernelTable* kt = kernel_table(isa);
-    if (!kt || static_cast<int>(isa) > static_cast<int>(detect_isa())) continue;
+    if (!kt || !isa_supported(isa)) continue;
     const std::string ctx = isa_name(isa);
     for (Type t : kAllTypes) {
       const int64_t n = 8 * std::max<int64_t>(block_size(t), 32);
@@ -968,7 +968,16 @@ TEST(QuantRefDispatch, IsaTablesAgreeWithScalar) {
 TEST(QuantRefDispatch, IsaNamesAndDetection) {
   EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
   EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::avx_vnni), "avxvnni");
   EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+  for (int i = 0; i < kNumIsa; ++i) {
+    Isa parsed = Isa::scalar;
+    EXPECT_TRUE(parse_isa(isa_name(static_cast<Isa>(i)), parsed));
+    EXPECT_EQ(parsed, static_cast<Isa>(i));
+  }
+  Isa unchanged = Isa::avx2;
+  EXPECT_FALSE(parse_isa("avx1024", unchanged));
+  EXPECT_EQ(unchanged, Isa::avx2);
   const Isa isa = detect_isa();
   EXPECT_EQ(isa, detect_isa());
 #if defined(__x86_64__)
@@ -978,7 +987,11 @@ TEST(QuantRefDispatch, IsaNamesAndDetection) {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-  EXPECT_EQ(isa, avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::scalar);
+  const bool avx_vnni = avx2 && __builtin_cpu_supports("avxvnni");
+  EXPECT_EQ(isa, avx512 ? Isa::avx512 : avx_vnni ? Isa::avx_vnni : avx2 ? Isa::avx2 : Isa::scalar);
+  EXPECT_EQ(isa_supported(Isa::avx512), avx512);
+  EXPECT_EQ(isa_supported(Isa::avx_vnni), avx_vnni);
+  EXPECT_EQ(isa_supported(Isa::avx2), avx2);
   if (cpu_has_avx512_bf16()) {
     EXPECT_EQ(isa, Isa::avx512);
   }
@@ -997,7 +1010,7 @@ TEST(QuantRefDispatch, TablesAreComplete) {
     EXPECT_NE(s->quantize[id(act_type(t))], nullptr) << nm(t);
   }
   EXPECT_EQ(kernel_table(static_cast<Isa>(7)), nullptr);
-  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
     const KernelTable* kt = kernel_table(isa);
     if (!kt) continue;
     EXPECT_EQ(kt->isa, isa);
@@ -1022,8 +1035,10 @@ TEST(QuantRefDispatch, ActiveIsa) {
   ASSERT_TRUE(set_active_isa(Isa::scalar));
   EXPECT_EQ(kernels().isa, Isa::scalar);
   EXPECT_EQ(&kernels(), kernel_table(Isa::scalar));
-  if (best != Isa::avx512) {
-    EXPECT_FALSE(set_active_isa(Isa::avx512));
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
+    if (!isa_supported(isa)) {
+      EXPECT_FALSE(set_active_isa(isa)) << isa_name(isa);
+    }
   }
   EXPECT_FALSE(set_active_isa(static_cast<Isa>(5)));
   EXPECT_EQ(kernels().isa, Isa::scalar);  // a failed call changes nothing

@@ -1,6 +1,7 @@
 #include "les/model/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "les/quant/kernels.h"
@@ -21,7 +22,9 @@ void quantize_acts(Type type, const float* x, int64_t n_tok, int64_t n_in, int64
   auto body = [&](int, int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) q(x + t * x_stride, out.buf.data() + static_cast<size_t>(t) * out.row_bytes, n_in);
   };
-  if (pool && n_tok > 1) {
+  // Small batches (an expert's few tokens) are not worth waking the other threads for.
+  constexpr int64_t kParallelElems = 1 << 15;
+  if (pool && n_tok > 1 && n_tok * n_in >= kParallelElems) {
     pool->parallel_for(n_tok, 1, body);
   } else {
     body(0, 0, n_tok);
@@ -33,16 +36,28 @@ void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride,
   LES_ASSERT(a.type == act_type(W.type));
   const KernelTable& kt = kernels();
   const int64_t n_tok = a.n_tok;
-  // Threads claim chunks of rows; a chunk is cut into row blocks of about kBlockBytes of weights,
-  // each multiplied with every token by one gemm (which keeps its rows in cache while blocks of
-  // tokens pass over them). Every output is the same vec_dot-equal value whatever the cuts.
-  constexpr size_t kBlockBytes = 48 * 1024;
-  const int64_t block_rows = std::max<int64_t>(4, static_cast<int64_t>(kBlockBytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
-  pool.parallel_for(W.n_out, 16, [&](int, int64_t r0, int64_t r1) {
-    const int64_t step = n_tok == 1 ? r1 - r0 : block_rows;
-    for (int64_t rb = r0; rb < r1; rb += step) {
-      const int64_t re = std::min(r1, rb + step);
-      gemm_rows(kt, W.type, W.n_in, W.row(rb), W.row_bytes, re - rb, a.row(0), a.row_bytes, n_tok, y + rb, y_stride);
+  // The rows are cut into blocks of about kBlockBytes of weights (a multiple of 4 rows, the
+  // kernels' row tile), which the threads claim one at a time, so that a thread that was
+  // descheduled or started late holds up the others by one block at most. A block is multiplied
+  // with every token by one gemm (which keeps its rows in cache while blocks of tokens pass over
+  // them). Every output is the same vec_dot-equal value whatever the cuts and whoever runs them.
+  const size_t block_bytes = n_tok == 1 ? 64 * 1024 : 40 * 1024;
+  const int64_t block_rows =
+      std::max<int64_t>(4, static_cast<int64_t>(block_bytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
+  const int64_t n_blocks = (W.n_out + block_rows - 1) / block_rows;
+  auto run_block = [&](int64_t b) {
+    const int64_t r0 = b * block_rows, r1 = std::min(W.n_out, r0 + block_rows);
+    gemm_rows(kt, W.type, W.n_in, W.row(r0), W.row_bytes, r1 - r0, a.row(0), a.row_bytes, n_tok, y + r0, y_stride);
+  };
+  if (pool.size() == 1 || n_blocks == 1) {
+    for (int64_t b = 0; b < n_blocks; ++b) run_block(b);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(pool.size(), 1, [&](int, int64_t, int64_t) {
+    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < n_blocks;
+         b = next.fetch_add(1, std::memory_order_relaxed)) {
+      run_block(b);
     }
   });
 }

@@ -76,7 +76,8 @@ struct P512 {
   static VI bcast128(__m128i x) { return _mm512_broadcast_i32x4(x); }
   static VI dpbusd(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
   static VI dpwssd(VI acc, VI x, VI y) { return _mm512_dpwssd_epi32(acc, x, y); }
-  static VI mullo32(VI x, VI y) { return _mm512_mullo_epi32(x, y); }
+  static VI abs8(VI y) { return _mm512_abs_epi8(y); }
+  static VI sign8(VI v, VI y) { return _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(y), _mm512_setzero_si512(), v); }
   static VI zext(__m256i x) { return _mm512_zextsi256_si512(x); }
   static VI fold_set_high(VI v, __m256i hi) {
     const __m256i lo = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
@@ -86,30 +87,32 @@ struct P512 {
   static VI or_bits(VI v, uint64_t bits, char byte) {
     return _mm512_mask_add_epi8(v, static_cast<__mmask64>(bits), v, _mm512_set1_epi8(byte));
   }
-  // int16 pairs (s[2G], 0) in int32 lanes 0-7 and (s[2G+1], 0) in lanes 8-15.
+  static VI maddubs(VI u, VI y) { return _mm512_maddubs_epi16(u, y); }
+  // s[2G] in both int16 halves of int32 lanes 0-7, s[2G+1] in lanes 8-15.
   template <int G>
   static VI scales_32(__m256i s16) {
-    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * G), _mm512_set1_epi32(2 * G + 1));
-    return _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
+    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(0x10001 * (2 * G)), _mm512_set1_epi32(0x10001 * (2 * G + 1)));
+    return _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(s16));
   }
-  // int16 pairs (s[4G+q], 0) in the int32 lanes of 128-bit lane q.
+  // s[4G+q] in both int16 halves of the int32 lanes of 128-bit lane q.
   template <int G>
   static VI scales_16(__m256i s16) {
-    const VI idx = _mm512_setr_epi32(4 * G, 4 * G, 4 * G, 4 * G, 4 * G + 1, 4 * G + 1, 4 * G + 1, 4 * G + 1, 4 * G + 2,
-                                     4 * G + 2, 4 * G + 2, 4 * G + 2, 4 * G + 3, 4 * G + 3, 4 * G + 3, 4 * G + 3);
-    return _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
-  }
-  // int32 s[2G] in lanes 0-7, s[2G+1] in lanes 8-15 (from the low 8 int16 of s16).
-  template <int G>
-  static VI scales32_32(__m256i s16) {
-    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * G), _mm512_set1_epi32(2 * G + 1));
-    return _mm512_permutexvar_epi32(idx, _mm512_cvtepi16_epi32(s16));
+    constexpr int k = 0x10001 * 4 * G, o = 0x10001;
+    const VI idx = _mm512_setr_epi32(k, k, k, k, k + o, k + o, k + o, k + o, k + 2 * o, k + 2 * o, k + 2 * o, k + 2 * o,
+                                     k + 3 * o, k + 3 * o, k + 3 * o, k + 3 * o);
+    return _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(s16));
   }
 
   static VF fzero() { return _mm512_setzero_ps(); }
   static VF fset1(float x) { return _mm512_set1_ps(x); }
-  static VF fset_halves(float lo, float hi) { return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(lo), _mm512_set1_ps(hi)); }
-  static VF fset_lane0_8(float x0, float x8) { return _mm512_maskz_mov_ps(0x0101, fset_halves(x0, x8)); }
+  static VF fset_f16pair(const uint8_t* p) {
+    const __m512 v = _mm512_cvtph_ps(_mm256_set1_epi32(static_cast<int>(tiles::ld_u32(p))));  // a b a b ..
+    return _mm512_permutexvar_ps(_mm512_mask_blend_epi32(0xff00, _mm512_setzero_si512(), _mm512_set1_epi32(1)), v);
+  }
+  static VF fsplat_pair(__m128 v4, int g) {
+    const VI idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * g), _mm512_set1_epi32(2 * g + 1));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v4));
+  }
   static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
   static VF fmadd(VF x, VF y, VF z) { return _mm512_fmadd_ps(x, y, z); }
   static VF fmul(VF x, VF y) { return _mm512_mul_ps(x, y); }
@@ -146,7 +149,8 @@ struct FloatRow {
 };
 
 template <FloatKind K, int R, int C>
-void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                const uint8_t* pf) {
   using FR = FloatRow<K>;
   constexpr size_t EB = FR::kElemBytes;
   __m512 acc0[R][C], acc1[R][C];
@@ -157,6 +161,7 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
   const tiles::RowPtrs<C> ar(a, as);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    if (pf) tiles::prefetch_rows<R>(pf + EB * i, ws, 32 * EB);
     __m512 x0[R], x1[R];
     for (int r = 0; r < R; ++r) {
       x0[r] = FR::load(wr.p[r] + EB * i);
@@ -186,7 +191,8 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
 // BF16 by vdpbf16ps: each lane accumulates the products of a pair of adjacent elements. Chunks
 // of 32 elements alternate between two accumulators; a tail (any length) is one masked chunk.
 template <int R, int C>
-void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                   const uint8_t* pf) {
   __m512 acc0[R][C], acc1[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm512_setzero_ps();
@@ -196,6 +202,7 @@ void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   auto ld = [](const uint8_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); };
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    if (pf) tiles::prefetch_rows<R>(pf + 2 * i, ws, 128);
     __m512bh x0[R], x1[R];
     for (int r = 0; r < R; ++r) {
       x0[r] = ld(wr.p[r] + 2 * i, ~__mmask32(0));
@@ -225,41 +232,22 @@ void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
 
 template <FloatKind K>
 struct FloatKernel {
-  static constexpr int R = 4, C = 3;
-  template <int Rr, int Cc>
-  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                   const uint8_t* pf) {
     if constexpr (K == FloatKind::bf16_dot) {
-      tile_bf16_dot<Rr, Cc>(n, w, ws, a, as, y, ys);
+      tile_bf16_dot<R, C>(n, w, ws, a, as, y, ys, pf);
     } else {
-      tile_float<K, Rr, Cc>(n, w, ws, a, as, y, ys);
+      tile_float<K, R, C>(n, w, ws, a, as, y, ys, pf);
     }
   }
-  using TileFn = tiles::TileFn;
-  struct Table {
-    TileFn fn[R][C];
-    constexpr Table() : fn{} { fill(std::make_integer_sequence<int, R * C>{}); }
-    template <int... I>
-    constexpr void fill(std::integer_sequence<int, I...>) {
-      ((fn[I / C][I % C] = &tile<I / C + 1, I % C + 1>), ...);
-    }
-  };
-  static void gemm(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
+  static void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y,
                    int64_t ys) {
-    static constexpr Table table;
-    const auto* w = static_cast<const uint8_t*>(vw);
-    const auto* a = static_cast<const uint8_t*>(va);
-    for (int64_t r0 = 0; r0 < nr; r0 += R) {
-      const int64_t rr = nr - r0 < R ? nr - r0 : R;
-      for (int64_t c0 = 0; c0 < nc; c0 += C) {
-        const int64_t cc = nc - c0 < C ? nc - c0 : C;
-        table.fn[rr - 1][cc - 1](n, w + static_cast<size_t>(r0) * ws, ws, a + static_cast<size_t>(c0) * as, as,
-                                 y + c0 * ys + r0, ys);
-      }
-    }
+    tiles::gemm_tiles<FloatKernel, 4, 3>(n, w, ws, nr, a, as, nc, y, ys);
   }
   static float vec_dot(int64_t n, const void* w, const void* a) {
     float y;
-    tile<1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0);
+    tile<1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0, nullptr);
     return y;
   }
 };

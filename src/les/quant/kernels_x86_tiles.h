@@ -9,8 +9,8 @@
 // The weights of a group become 64 unsigned bytes u (each type's values shifted to be >= 0);
 // vpdpbusd (u x int8 activation) gives 16 lanes of 4-product sums, exact. Offsets (Q6_K's -32,
 // Q3_K's -4, Q4_0's -8, the +128 of Q8_0/IQ4 codes) come off through the activation block sums.
-// Sub-block scales multiply the 4-product sums: by vpdpwssd on their low 16 bits where those
-// fit (|u| <= 63: K-quants), by vpmulld otherwise (IQ4_XS). Every integer step is exact, so
+// Sub-block scales multiply pairs of products (vpmaddubsw, exact for u <= 63: K-quants; IQ4_XS
+// puts |y| into the unsigned operand instead) by vpdpwssd. Every integer step is exact, so
 // the integer results equal the scalar reference's; only the float accumulation order differs
 // from it, and that order is fixed by the code below for every tile shape: a product computed
 // in any tile of rows x activation rows equals the same product computed alone (vec_dot is
@@ -21,11 +21,14 @@
 //   izero, set1_8, load64, bcast32, load32x2, load32_lo, load16x2_dup, load16_dup_lo,
 //   and_, or_, xor_, add32, sub32, srl32<S>, sll32<S>, srl_halves<S0, S1> (32-bit lanes of the
 //   lower / upper 256 bits by S0 / S1), srl_odd_lanes<S> (128-bit lanes 1 and 3 by S),
-//   shuffle8 (vpshufb within 128-bit lanes), bcast128, dpbusd, dpwssd, mullo32,
+//   shuffle8 (vpshufb within 128-bit lanes), bcast128, dpbusd, dpwssd, abs8, sign8 (v negated where
+//   y < 0),
 //   zext (256 -> VI, upper zero), fold_set_high (lower 8 lanes: lower + upper halves' lanes;
 //   upper 8 lanes: the given 256-bit vector), or_bits (bytes j with bit j set get v | byte),
-//   scales_32<G>, scales_16<G> (int16 pairs (s, 0) for vpdpwssd, see below), scales32_32<G>,
-//   fzero, fset1, fset_halves, fset_lane0_8, cvt, fmadd, fmul, hsum.
+//   maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
+//   each int32 lane, see below), fzero, fset1,
+//   fset_f16pair (the fp16 pair at p: first in lanes 0-7, second in 8-15), fsplat_pair(v4, g)
+//   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum.
 #pragma once
 
 #include <immintrin.h>
@@ -114,15 +117,18 @@ inline __m256i scales_q3k(const uint8_t* scales) {
   return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
 }
 
-// IQ4_XS: the 8 sub-block scales ls - 32 as int16 in the low half (the high half zero).
+// IQ4_XS: the 8 sub-block scales ls - 32 as int16 in the low half (the high half zero):
+// ls_j = (scales_l >> 4j & 15) | (scales_h >> 2j & 3) << 4.
 inline __m256i scales_iq4xs(const uint8_t* blk) {
-  const uint32_t sh = ld_u16(blk + offsetof(block_iq4_xs, scales_h));
-  const uint32_t sl = ld_u32(blk + offsetof(block_iq4_xs, scales_l));
-  alignas(32) int16_t s[16] = {};
-  for (int ib = 0; ib < 8; ++ib) {
-    s[ib] = static_cast<int16_t>((((sl >> (4 * ib)) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
-  }
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+  const __m256i sh = _mm256_set1_epi32(ld_u16(blk + offsetof(block_iq4_xs, scales_h)));
+  const __m256i sl = _mm256_set1_epi32(static_cast<int>(ld_u32(blk + offsetof(block_iq4_xs, scales_l))));
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                      _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+  const __m128i s8 = _mm_packs_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1));
+  return _mm256_zextsi128_si256(s8);
 }
 
 // The IQ4_NL / IQ4_XS codebook shifted by +128 (as unsigned bytes, 1..241).
@@ -143,6 +149,16 @@ struct RowPtrs {
   }
 };
 
+// Prefetch of `bytes` at p in each of R rows ws apart (the same columns of the next tile's rows,
+// so that they arrive while this tile computes: R short streams are more than the hardware
+// prefetchers follow well).
+template <int R>
+inline void prefetch_rows(const uint8_t* p, size_t ws, size_t bytes) {
+  for (int r = 0; r < R; ++r) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + r * ws + o), _MM_HINT_T0);
+  }
+}
+
 // K-quant-like kernels (256-element blocks against Q8_K). Each type provides, for one weight
 // block:
 //   prep(blk)                  -> per-row block state S (scales, float multipliers)
@@ -152,7 +168,8 @@ struct RowPtrs {
 //                                 or the mins sum (folded, kFoldMins)
 //   fscale(S)                  -> VF multiplier of the folded lanes (times d of the activations)
 template <class P, class W, int R, int C>
-inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                   const uint8_t* pf) {
   using VI = typename P::VI;
   using VF = typename P::VF;
   using S = typename W::template State<P>;
@@ -166,6 +183,7 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   for (int64_t i = 0; i < nb; ++i) {
     const size_t wo = static_cast<size_t>(i) * sizeof(typename W::Block);
     const size_t ao = static_cast<size_t>(i) * sizeof(block_q8_K);
+    if (pf) prefetch_rows<R>(pf + wo, ws, sizeof(typename W::Block));
     S st[R];
     for (int r = 0; r < R; ++r) st[r] = W::template prep<P>(wr.p[r] + wo);
     VI isum[R][C];
@@ -202,34 +220,35 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   }
 }
 
-// Multiply-accumulate of a group's 4-product sums with its scales: lo16 pairs (s, 0) by vpdpwssd
-// where |4-product sum| < 2^15.
+// Multiply-accumulate of a group's weights with its sub-block scales: vpmaddubsw (pairs of
+// products, exact for u <= 63: |sum| <= 2 * 63 * 128) then vpdpwssd with the scale in both int16
+// halves of each lane (s, s): acc += s * (p0 + p1).
 struct MulPairs {
   template <class P>
   static typename P::VI accumulate(typename P::VI acc, typename P::VI u, typename P::VI y, typename P::VI sv) {
-    return P::dpwssd(acc, P::dpbusd(P::izero(), u, y), sv);
+    return P::dpwssd(acc, P::maddubs(u, y), sv);
   }
 };
 
 // Q4_K / Q5_K: x = d * sc * q - dmin * m; q = u in [0, 15] (Q5_K: [0, 31], the 5th bit from qh).
 // Group G = 64 elements: the low nibbles of qs[32G..32G+31] (sub-block 2G), then their high
 // nibbles (sub-block 2G+1); Q5_K's 5th bit of sub-block j is bit j of qh[l].
-// Fold: lanes 0-7 = d * sum(sc * q * y), lanes 8-15 = -dmin * sum(m * bsums).
+// Fold: lanes 0-7 = d * sum(sc * q * y), lanes 8-15 = dmin * sum(-m * bsums).
 template <bool Five>
 struct KQ45 : MulPairs {
   using Block = std::conditional_t<Five, block_q5_K, block_q4_K>;
   template <class P>
   struct State {
     __m256i s16;   // sc0..7 | m0..7
-    __m256i mdup;  // m0 m0 m1 m1 .. m7 m7
+    __m256i mdup;  // -m0 -m0 -m1 -m1 .. -m7 -m7
     typename P::VF fscale;
   };
   template <class P>
   static State<P> prep(const uint8_t* b) {
     State<P> s;
     s.s16 = scales_mins_k4(b + offsetof(Block, scales));
-    s.mdup = dup_pairs_high(s.s16);
-    s.fscale = P::fset_halves(ld_f16(b + offsetof(Block, d)), -ld_f16(b + offsetof(Block, dmin)));
+    s.mdup = _mm256_sub_epi16(_mm256_setzero_si256(), dup_pairs_high(s.s16));
+    s.fscale = P::fset_f16pair(b + offsetof(Block, d));
     return s;
   }
   template <class P>
@@ -342,7 +361,7 @@ struct KQ2 : MulPairs {
   using Block = block_q2_K;
   template <class P>
   struct State {
-    __m256i s16, m16;
+    __m256i s16, m16;  // scales; -mins
     typename P::VF fscale;
   };
   template <class P>
@@ -350,8 +369,9 @@ struct KQ2 : MulPairs {
     State<P> s;
     const __m128i raw = ld128(b + offsetof(block_q2_K, scales));
     s.s16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
-    s.m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
-    s.fscale = P::fset_halves(ld_f16(b + offsetof(block_q2_K, d)), -ld_f16(b + offsetof(block_q2_K, dmin)));
+    s.m16 = _mm256_sub_epi16(_mm256_setzero_si256(),
+                             _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f))));
+    s.fscale = P::fset_f16pair(b + offsetof(block_q2_K, d));
     return s;
   }
   template <class P>
@@ -374,10 +394,11 @@ struct KQ2 : MulPairs {
   }
 };
 
-// IQ4_XS: x = d * (ls - 32) * book[code]; u = book[code] + 128 in [1, 241] (too large for the
-// 16-bit scale path: the scale multiplies by vpmulld). Sub-block j's codes in qs[16j..16j+15]
-// (low nibbles: elements 0-15, high: 16-31); group G = sub-blocks 2G, 2G+1.
-// sum s * (u - 128) * y = sum s * u * y - 128 * sum(s * (bsum_2j + bsum_2j+1)).
+// IQ4_XS: x = d * (ls - 32) * v, v = book[code] in [-127, 113] (signed: too large for the
+// unsigned operand of vpmaddubsw once shifted to be >= 0). |y| goes into the unsigned operand
+// and y's sign onto v (|-128| = 128 fits; |pairs| <= 2 * 128 * 127 < 2^15: exact), then the
+// sub-block scales as for the K-quants. Sub-block j's codes in qs[16j..16j+15] (low nibbles:
+// elements 0-15, high: 16-31); group G = sub-blocks 2G, 2G+1.
 struct KIQ4XS {
   using Block = block_iq4_xs;
   template <class P>
@@ -393,23 +414,22 @@ struct KIQ4XS {
     return s;
   }
   template <class P>
-  static typename P::VI init(const State<P>& s, __m256i bsums) {
-    const __m256i m = _mm256_madd_epi16(bsums, _mm256_slli_epi16(dup_pairs_low(s.s16), 7));
-    return P::zext(_mm256_sub_epi32(_mm256_setzero_si256(), m));
+  static typename P::VI init(const State<P>&, __m256i) {
+    return P::izero();
   }
   template <class P, int G>
   static typename P::VI group(const uint8_t* b, const State<P>&) {
     const uint8_t* q = b + offsetof(block_iq4_xs, qs) + 32 * G;
     const typename P::VI idx = P::and_(P::template srl_odd_lanes<4>(P::load16x2_dup(q, q + 16)), P::set1_8(0x0f));
-    return P::shuffle8(P::bcast128(iq4_book_u8()), idx);
+    return P::shuffle8(P::bcast128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))), idx);
   }
   template <class P, int G>
   static typename P::VI scale(const State<P>& s) {
-    return P::template scales32_32<G>(s.s16);
+    return P::template scales_32<G>(s.s16);
   }
   template <class P>
-  static typename P::VI accumulate(typename P::VI acc, typename P::VI u, typename P::VI y, typename P::VI sv) {
-    return P::add32(acc, P::mullo32(P::dpbusd(P::izero(), u, y), sv));
+  static typename P::VI accumulate(typename P::VI acc, typename P::VI v, typename P::VI y, typename P::VI sv) {
+    return P::dpwssd(acc, P::maddubs(P::abs8(y), P::sign8(v, y)), sv);
   }
   template <class P>
   static typename P::VI finish(typename P::VI isum, const State<P>&, __m256i) {
@@ -421,7 +441,8 @@ struct KIQ4XS {
 // 32-element blocks against Q8_0 / Q8_1: a group is two blocks (block 2j in the lower 256 bits,
 // 2j+1 in the upper); an odd last block is a group with an empty upper half.
 // Per group: isum = dpbusd(-off * sum(y), u, y) (lanes of 4), then
-// acc += cvt(isum) * (d_w * d_a, per half); Q4_1/Q5_1 also acc += m_w * s_a in lanes 0 and 8.
+// acc += cvt(isum) * (d_w * d_a, per half); Q4_1/Q5_1 also sum m_w * s_a (4 blocks in an xmm).
+// Blocks go four at a time (their fp16 scales converted together).
 
 constexpr size_t kQ80_d = offsetof(block_q8_0, d);
 constexpr size_t kQ80_qs = offsetof(block_q8_0, qs);
@@ -490,54 +511,97 @@ struct KQ8_0 {
   }
 };
 
-template <class P, class W, int R, int C>
-inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+// The fp16 values at p, p + stride, .. (nb <= 4 of them; the rest 0) as 4 floats.
+inline __m128 f16x4(const uint8_t* p, size_t stride, int nb) {
+  uint64_t v = 0;
+  for (int k = 0; k < nb; ++k) v |= uint64_t{ld_u16(p + static_cast<size_t>(k) * stride)} << (16 * k);
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+}
+
+// NB (1, 2 or 4) consecutive blocks from block offset wo / ao of every row of the tile.
+// acc_ms: Q4_1/Q5_1's sum of m_w * s_a, 4 blocks in 4 lanes.
+template <class P, class W, int R, int C, int NB>
+inline void step_32(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_t ao, typename P::VF (&acc)[R][C],
+                    __m128 (&acc_ms)[R][C]) {
   using VI = typename P::VI;
   using VF = typename P::VF;
   constexpr size_t WB = sizeof(typename W::Block);
   constexpr size_t AB = W::kMin ? sizeof(block_q8_1) : sizeof(block_q8_0);
   constexpr size_t a_qs = W::kMin ? kQ81_qs : kQ80_qs;
   constexpr size_t a_d = W::kMin ? kQ81_d : kQ80_d;
-  const int64_t nb = n / 32;
-  VF acc[R][C];
+  constexpr int NG = (NB + 1) / 2;  // groups (pairs of blocks)
+  VI u[R][NG];
+  VF dw[R][NG];
+  __m128 mw[R];
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = P::fzero();
+    const uint8_t* b = wr.p[r] + wo;
+    for (int g = 0; g < NG; ++g) u[r][g] = W::template decode<P>(b + 2 * g * WB, 2 * g + 1 < NB ? b + (2 * g + 1) * WB : nullptr);
+    const __m128 d4 = f16x4(b, WB, NB);
+    for (int g = 0; g < NG; ++g) dw[r][g] = P::fsplat_pair(d4, g);
+    if constexpr (W::kMin) mw[r] = f16x4(b + 2, WB, NB);
   }
-  const RowPtrs<R> wr(w, ws);
-  const RowPtrs<C> ar(a, as);
-  for (int64_t i = 0; i < nb; i += 2) {
-    const bool two = i + 1 < nb;
-    const size_t wo0 = static_cast<size_t>(i) * WB, wo1 = wo0 + WB;
-    const size_t ao0 = static_cast<size_t>(i) * AB, ao1 = ao0 + AB;
-    VI u[R];
-    VF dw[R], mw[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = wr.p[r] + wo0;
-      const uint8_t* b1 = two ? wr.p[r] + wo1 : nullptr;
-      u[r] = W::template decode<P>(b0, b1);
-      dw[r] = P::fset_halves(ld_f16(b0), two ? ld_f16(b1) : 0.0f);
-      if constexpr (W::kMin) mw[r] = P::fset_lane0_8(ld_f16(b0 + 2), two ? ld_f16(b1 + 2) : 0.0f);
+  for (int c = 0; c < C; ++c) {
+    const uint8_t* y = ar.p[c] + ao;
+    const __m128 d4 = f16x4(y + a_d, AB, NB);
+    if constexpr (W::kMin) {
+      const __m128 s4 = f16x4(y + kQ81_s, AB, NB);
+      for (int r = 0; r < R; ++r) acc_ms[r][c] = _mm_fmadd_ps(mw[r], s4, acc_ms[r][c]);
     }
-    for (int c = 0; c < C; ++c) {
-      const uint8_t* y0 = ar.p[c] + ao0;
-      const uint8_t* y1 = ar.p[c] + ao1;
-      const VI yv = two ? P::load32x2(y0 + a_qs, y1 + a_qs) : P::load32_lo(y0 + a_qs);
+    for (int g = 0; g < NG; ++g) {
+      const uint8_t* y0 = y + 2 * g * AB;
+      const VI yv = 2 * g + 1 < NB ? P::load32x2(y0 + a_qs, y0 + AB + a_qs) : P::load32_lo(y0 + a_qs);
       VI base = P::izero();
       if constexpr (W::kOffset != 0) {
         base = P::sub32(P::izero(), P::dpbusd(P::izero(), P::set1_8(static_cast<char>(W::kOffset)), yv));
       }
-      const VF da = P::fset_halves(ld_f16(y0 + a_d), two ? ld_f16(y1 + a_d) : 0.0f);
-      VF sa;
-      if constexpr (W::kMin) sa = P::fset_lane0_8(ld_f16(y0 + kQ81_s), two ? ld_f16(y1 + kQ81_s) : 0.0f);
+      const VF da = P::fsplat_pair(d4, g);
       for (int r = 0; r < R; ++r) {
-        const VI isum = P::dpbusd(base, u[r], yv);
-        acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r], da), acc[r][c]);
-        if constexpr (W::kMin) acc[r][c] = P::fmadd(mw[r], sa, acc[r][c]);
+        const VI isum = P::dpbusd(base, u[r][g], yv);
+        acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r][g], da), acc[r][c]);
       }
     }
   }
+}
+
+// Steps of 4 blocks, then of 2, then 1: the same sequence for every tile shape.
+template <class P, class W, int R, int C>
+inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                    const uint8_t* pf) {
+  using VF = typename P::VF;
+  constexpr size_t WB = sizeof(typename W::Block);
+  constexpr size_t AB = W::kMin ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  const int64_t nb = n / 32;
+  VF acc[R][C];
+  __m128 acc_ms[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = P::fzero();
+      acc_ms[r][c] = _mm_setzero_ps();
+    }
+  }
+  const RowPtrs<R> wr(w, ws);
+  const RowPtrs<C> ar(a, as);
+  int64_t i = 0;
+  for (; i + 4 <= nb; i += 4) {
+    if (pf) prefetch_rows<R>(pf + static_cast<size_t>(i) * WB, ws, 4 * WB);
+    step_32<P, W, R, C, 4>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc, acc_ms);
+  }
+  if (i + 2 <= nb) {
+    step_32<P, W, R, C, 2>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc, acc_ms);
+    i += 2;
+  }
+  if (i < nb) step_32<P, W, R, C, 1>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc, acc_ms);
   for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) y[c * ys + r] = P::hsum(acc[r][c]);
+    for (int r = 0; r < R; ++r) {
+      float v = P::hsum(acc[r][c]);
+      if constexpr (W::kMin) {
+        __m128 m = acc_ms[r][c];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        v += _mm_cvtss_f32(m);
+      }
+      y[c * ys + r] = v;
+    }
   }
 }
 
@@ -545,56 +609,75 @@ inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, si
 // Drivers: a GemmFn over tiles of at most P::R rows x P::C activation rows, and the vec_dot
 // (the 1 x 1 tile).
 
-using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, int64_t);
+// pf: the rows to prefetch while this tile runs (the next tile's), or nullptr.
+using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, int64_t, const uint8_t*);
 
 template <class P, class W, int R, int C>
-void tile_entry(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys) {
+void tile_entry(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                const uint8_t* pf) {
   if constexpr (requires { W::kOffset; }) {
-    tile_32<P, W, R, C>(n, w, ws, a, as, y, ys);
+    tile_32<P, W, R, C>(n, w, ws, a, as, y, ys, pf);
   } else {
-    tile_k<P, W, R, C>(n, w, ws, a, as, y, ys);
+    tile_k<P, W, R, C>(n, w, ws, a, as, y, ys, pf);
   }
 }
 
-template <class P, class W>
+// fn[r - 1][c - 1]: the tile of r rows x c activation rows of kernel K (K::tile<r, c>).
+template <class K, int MR, int MC>
 struct TileTable {
-  TileFn fn[P::R][P::C];
-  constexpr TileTable() : fn{} {
-    fill(std::make_integer_sequence<int, P::R * P::C>{});
-  }
+  TileFn fn[MR][MC];
+  constexpr TileTable() : fn{} { fill(std::make_integer_sequence<int, MR * MC>{}); }
   template <int... I>
   constexpr void fill(std::integer_sequence<int, I...>) {
-    ((fn[I / P::C][I % P::C] = &tile_entry<P, W, I / P::C + 1, I % P::C + 1>), ...);
+    ((fn[I / MC][I % MC] = &K::template tile<I / MC + 1, I % MC + 1>), ...);
   }
 };
 
-// Activation rows are taken in blocks of kActBlock so that a block of them stays in L1/L2 while
-// every row tile of the weights passes over it.
+// Activation rows are taken in blocks of about kActBlock (a multiple of the tile width) so that
+// a block of them stays in L1/L2 while every row tile of the weights passes over it.
 constexpr int64_t kActBlock = 16;
 
-template <class P, class W>
-void gemm(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
-          int64_t ys) {
-  static constexpr TileTable<P, W> table;
+// The product over tiles of at most MR rows x MC activation rows; the first pass of each row
+// tile over the activations prefetches the next row tile.
+template <class K, int MR, int MC>
+void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
+                int64_t ys) {
+  static constexpr TileTable<K, MR, MC> table;
+  constexpr int64_t act_block = (kActBlock + MC - 1) / MC * MC;
   const auto* w = static_cast<const uint8_t*>(vw);
   const auto* a = static_cast<const uint8_t*>(va);
-  for (int64_t cb = 0; cb < nc; cb += kActBlock) {
-    const int64_t ce = cb + kActBlock < nc ? cb + kActBlock : nc;
-    for (int64_t r0 = 0; r0 < nr; r0 += P::R) {
-      const int64_t rr = nr - r0 < P::R ? nr - r0 : P::R;
-      for (int64_t c0 = cb; c0 < ce; c0 += P::C) {
-        const int64_t cc = ce - c0 < P::C ? ce - c0 : P::C;
+  for (int64_t cb = 0; cb < nc; cb += act_block) {
+    const int64_t ce = cb + act_block < nc ? cb + act_block : nc;
+    for (int64_t r0 = 0; r0 < nr; r0 += MR) {
+      const int64_t rr = nr - r0 < MR ? nr - r0 : MR;
+      const uint8_t* next = cb == 0 && r0 + MR < nr ? w + static_cast<size_t>(r0 + MR) * ws : nullptr;
+      for (int64_t c0 = cb; c0 < ce; c0 += MC) {
+        const int64_t cc = ce - c0 < MC ? ce - c0 : MC;
         table.fn[rr - 1][cc - 1](n, w + static_cast<size_t>(r0) * ws, ws, a + static_cast<size_t>(c0) * as, as,
-                                 y + c0 * ys + r0, ys);
+                                 y + c0 * ys + r0, ys, c0 == cb ? next : nullptr);
       }
     }
   }
 }
 
 template <class P, class W>
+struct IntKernel {
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+                   const uint8_t* pf) {
+    tile_entry<P, W, R, C>(n, w, ws, a, as, y, ys, pf);
+  }
+};
+
+template <class P, class W>
+void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y, int64_t ys) {
+  gemm_tiles<IntKernel<P, W>, P::R, P::C>(n, w, ws, nr, a, as, nc, y, ys);
+}
+
+template <class P, class W>
 float vec_dot(int64_t n, const void* w, const void* a) {
   float y;
-  tile_entry<P, W, 1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0);
+  tile_entry<P, W, 1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y, 0, nullptr);
   return y;
 }
 
