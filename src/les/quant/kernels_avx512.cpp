@@ -3,7 +3,7 @@
 // the dispatcher has checked the CPU. See kernels_internal.h for the contract of fill functions.
 //
 // Integer types: the tiled VNNI kernels of kernels_x86_tiles.h on one zmm per vector, with a
-// vec_dot and a gemm (tiles of up to 4 weight rows x 3 activation rows) per type.
+// vec_dot and a gemm (tiles of up to 4 weight rows x 4 activation rows) per type.
 // Float types: F32/F16 (converted by vcvtph2ps) and BF16 (vdpbf16ps where the CPU has
 // AVX512-BF16, else widened by a shift) with fmadd over 16 lanes; tails by masked loads.
 // The activation quantizers are the AVX2 ones (inherited).
@@ -32,7 +32,7 @@ struct P512 {
   using VI = __m512i;
   using VF = __m512;
   static constexpr int R = 4;
-  static constexpr int C = 3;
+  static constexpr int C = 4;
 
   static VI izero() { return _mm512_setzero_si512(); }
   static VI set1_8(char v) { return _mm512_set1_epi8(v); }
@@ -116,12 +116,27 @@ struct P512 {
   static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
   static VF fmadd(VF x, VF y, VF z) { return _mm512_fmadd_ps(x, y, z); }
   static VF fmul(VF x, VF y) { return _mm512_mul_ps(x, y); }
+  // Sum of the 16 lanes: halves, then quarters, then lanes (0+2, 1+3), then the two.
   static float hsum(VF v) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+  }
+  // hsum of v0..v3 into out[0..3], by the same additions in the same pairs (each 128-bit lane k
+  // of the intermediate vectors carries v_k's partial sums).
+  static void hsum4(VF v0, VF v1, VF v2, VF v3, float* out) {
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));  // [s8(v0) | s8(v1)]
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));  // lane k: s4(v_k)
+    s4 = _mm512_add_ps(s4, _mm512_permute_ps(s4, _MM_SHUFFLE(3, 2, 3, 2)));
+    s4 = _mm512_add_ps(s4, _mm512_movehdup_ps(s4));
+    const __m512 r = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s4);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(r));
   }
 };
 
@@ -183,9 +198,10 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
       for (int r = 0; r < R; ++r) acc0[r][c] = _mm512_fmadd_ps(FR::load(wr.p[r] + EB * i, cnt), yv, acc0[r][c]);
     }
   }
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) y[c * ys + r] = P512::hsum(_mm512_add_ps(acc0[r][c], acc1[r][c]));
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc0[r][c] = _mm512_add_ps(acc0[r][c], acc1[r][c]);
   }
+  tiles::store_sums<P512, R, C>(acc0, y, ys);
 }
 
 // BF16 by vdpbf16ps: each lane accumulates the products of a pair of adjacent elements. Chunks
@@ -225,9 +241,10 @@ void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
       for (int r = 0; r < R; ++r) acc0[r][c] = _mm512_dpbf16_ps(acc0[r][c], ld(wr.p[r] + 2 * i, m), yv);
     }
   }
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) y[c * ys + r] = P512::hsum(_mm512_add_ps(acc0[r][c], acc1[r][c]));
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc0[r][c] = _mm512_add_ps(acc0[r][c], acc1[r][c]);
   }
+  tiles::store_sums<P512, R, C>(acc0, y, ys);
 }
 
 template <FloatKind K>

@@ -28,7 +28,8 @@
 //   maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
 //   each int32 lane, see below), fzero, fset1,
 //   fset_f16pair (the fp16 pair at p: first in lanes 0-7, second in 8-15), fsplat_pair(v4, g)
-//   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum.
+//   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum; optionally hsum4 (four
+//   hsums at once, bit-identical to hsum).
 #pragma once
 
 #include <immintrin.h>
@@ -159,6 +160,19 @@ inline void prefetch_rows(const uint8_t* p, size_t ws, size_t bytes) {
   }
 }
 
+// y[c * ys + r] = P::hsum(acc[r][c]); four rows at a time where the policy has hsum4 (the same
+// additions, in the same pairs, as hsum: bit-identical).
+template <class P, int R, int C>
+inline void store_sums(const typename P::VF (&acc)[R][C], float* y, int64_t ys) {
+  for (int c = 0; c < C; ++c) {
+    int r = 0;
+    if constexpr (requires { P::hsum4(acc[0][0], acc[0][0], acc[0][0], acc[0][0], y); }) {
+      for (; r + 4 <= R; r += 4) P::hsum4(acc[r][c], acc[r + 1][c], acc[r + 2][c], acc[r + 3][c], y + c * ys + r);
+    }
+    for (; r < R; ++r) y[c * ys + r] = P::hsum(acc[r][c]);
+  }
+}
+
 // K-quant-like kernels (256-element blocks against Q8_K). Each type provides, for one weight
 // block:
 //   prep(blk)                  -> per-row block state S (scales, float multipliers)
@@ -215,9 +229,7 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
       }
     }
   }
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) y[c * ys + r] = P::hsum(acc[r][c]);
-  }
+  store_sums<P, R, C>(acc, y, ys);
 }
 
 // Multiply-accumulate of a group's weights with its sub-block scales: vpmaddubsw (pairs of
@@ -591,16 +603,15 @@ inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, si
     i += 2;
   }
   if (i < nb) step_32<P, W, R, C, 1>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc, acc_ms);
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) {
-      float v = P::hsum(acc[r][c]);
-      if constexpr (W::kMin) {
+  store_sums<P, R, C>(acc, y, ys);
+  if constexpr (W::kMin) {
+    for (int c = 0; c < C; ++c) {
+      for (int r = 0; r < R; ++r) {
         __m128 m = acc_ms[r][c];
         m = _mm_add_ps(m, _mm_movehl_ps(m, m));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        v += _mm_cvtss_f32(m);
+        y[c * ys + r] += _mm_cvtss_f32(m);
       }
-      y[c * ys + r] = v;
     }
   }
 }
