@@ -2,8 +2,12 @@
 // count, prompt length and decode length, in one run (medians of repeats). llama.cpp is run via
 // tools/llamacpp-ref/bench.mjs (node-llama-cpp) when installed. --isa runs les once per listed
 // kernel ISA, the ISAs interleaved within each repeat (the first one is compared to llama.cpp).
+// --rounds K alternates K rounds of (les repeats, llama.cpp repeats) and takes the medians over
+// all of them, so that both engines sample a shared machine's changing load alike; the load
+// average is printed before and after.
 //
-//   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--isa avx512,avx2] [--no-llamacpp] [--json FILE]
+//   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp]
+//                  [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +31,14 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The 1-, 5- and 15-minute load averages (a shared machine's load at the time of a run).
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -36,7 +48,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string model_path, json_out;
-  int threads = 2, n_prompt = 128, n_gen = 64, reps = 5;
+  int threads = 2, n_prompt = 128, n_gen = 64, reps = 5, rounds = 1;
   bool run_llamacpp = true;
   std::vector<Isa> isas;
   for (int i = 1; i < argc; ++i) {
@@ -47,6 +59,7 @@ int main(int argc, char** argv) {
     else if (k == "-p") n_prompt = std::stoi(val());
     else if (k == "-n") n_gen = std::stoi(val());
     else if (k == "--reps") reps = std::stoi(val());
+    else if (k == "--rounds") rounds = std::max(1, std::stoi(val()));
     else if (k == "--no-llamacpp") run_llamacpp = false;
     else if (k == "--json") json_out = val();
     else if (k == "--isa") {
@@ -63,7 +76,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--isa avx512,avx2] [--no-llamacpp] "
+                   "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp] "
                    "[--json FILE]\n");
       return 2;
     }
@@ -79,57 +92,70 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(std::max(2, c.n_vocab - 300))));
     if (isas.empty()) isas.push_back(kernels().isa);
+    const std::string load_before = load_average();
     std::vector<std::vector<double>> pre(isas.size()), dec(isas.size());
-    for (int r = 0; r < reps + 1; ++r) {
-      for (size_t k = 0; k < isas.size(); ++k) {
-        set_active_isa(isas[k]);
-        Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
-        double t0 = now_s();
-        ctx.eval(prompt, false);
-        const double tp = now_s() - t0;
-        t0 = now_s();
-        for (int i = 0; i < n_gen; ++i) {
-          const float* lg = ctx.last_logits();
-          const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + c.n_vocab) - lg);
-          ctx.eval(std::span<const int32_t>(&next, 1), false);
+    std::vector<double> ll_pre, ll_dec;
+    bool llama_failed = false;
+    std::string llama_cmd;
+    for (int round = 0; round < rounds; ++round) {
+      for (int r = 0; r < reps + 1; ++r) {
+        for (size_t k = 0; k < isas.size(); ++k) {
+          set_active_isa(isas[k]);
+          Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
+          double t0 = now_s();
+          ctx.eval(prompt, false);
+          const double tp = now_s() - t0;
+          t0 = now_s();
+          for (int i = 0; i < n_gen; ++i) {
+            const float* lg = ctx.last_logits();
+            const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + c.n_vocab) - lg);
+            ctx.eval(std::span<const int32_t>(&next, 1), false);
+          }
+          const double td = now_s() - t0;
+          if (r == 0) continue;  // warm-up
+          pre[k].push_back(n_prompt / tp);
+          dec[k].push_back(n_gen / td);
         }
-        const double td = now_s() - t0;
-        if (r == 0) continue;  // warm-up
-        pre[k].push_back(n_prompt / tp);
-        dec[k].push_back(n_gen / td);
+      }
+      if (run_llamacpp && !llama_failed) {
+        const std::string tmp = "/tmp/bench_resident_llamacpp.json";
+        llama_cmd = std::string("node ") + LES_BENCH_SOURCE_DIR + "/tools/llamacpp-ref/bench.mjs --model '" + model_path +
+                    "' --threads " + std::to_string(threads) + " -n " + std::to_string(n_gen) + " --prompt-tokens " +
+                    std::to_string(n_prompt) + " --repeats " + std::to_string(reps) + " --json " + tmp +
+                    " > /dev/null 2>&1";
+        if (std::system(llama_cmd.c_str()) == 0) {
+          std::ifstream f(tmp);
+          const auto j = nlohmann::json::parse(f);
+          for (double v : j["llama_internal"]["prefill_s"]) ll_pre.push_back(n_prompt / v);
+          for (double v : j["llama_internal"]["decode_s"]) ll_dec.push_back(n_gen / v);
+        } else {
+          llama_failed = true;
+        }
       }
     }
     const double active = static_cast<double>(m->dense_bytes()) +
                           static_cast<double>(c.n_expert_used) * static_cast<double>(m->expert_size(0)) * c.n_layer;
-    std::printf("model %s (%s), %d threads, prompt %d, decode %d, %d reps\n", model_path.c_str(), c.arch_str.c_str(),
-                threads, n_prompt, n_gen, reps);
+    std::printf("model %s (%s), %d threads, prompt %d, decode %d, %d reps x %d rounds, load average %s -> %s\n",
+                model_path.c_str(), c.arch_str.c_str(), threads, n_prompt, n_gen, reps, rounds, load_before.c_str(),
+                load_average().c_str());
     for (size_t k = 0; k < isas.size(); ++k) {
       std::printf("les %-8s prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
                   isa_name(isas[k]), median(pre[k]), median(dec[k]), active * median(dec[k]) / 1e9);
     }
     const double les_pre = median(pre[0]), les_dec = median(dec[0]);
     nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"prompt", n_prompt}, {"decode", n_gen},
-                          {"isa", isa_name(isas[0])}, {"les_prefill_tok_s", les_pre}, {"les_decode_tok_s", les_dec},
-                          {"active_bytes_per_token", active}};
-    if (run_llamacpp) {
-      const std::string tmp = "/tmp/bench_resident_llamacpp.json";
-      const std::string cmd = std::string("node ") + LES_BENCH_SOURCE_DIR + "/tools/llamacpp-ref/bench.mjs --model '" +
-                              model_path + "' --threads " + std::to_string(threads) + " -n " + std::to_string(n_gen) +
-                              " --prompt-tokens " + std::to_string(n_prompt) + " --repeats " + std::to_string(reps) +
-                              " --json " + tmp + " > /dev/null 2>&1";
-      if (std::system(cmd.c_str()) == 0) {
-        std::ifstream f(tmp);
-        const auto j = nlohmann::json::parse(f);
-        const double ll_pre = j["llama_internal"]["prefill_tok_s"], ll_dec = j["llama_internal"]["decode_tok_s"];
-        std::printf("llama.cpp: prefill %8.2f tok/s   decode %7.2f tok/s   (llama.cpp's own counters)\n", ll_pre, ll_dec);
-        std::printf("ratio les/llama.cpp: prefill %.2fx   decode %.2fx\n", les_pre / ll_pre, les_dec / ll_dec);
-        out["llamacpp_prefill_tok_s"] = ll_pre;
-        out["llamacpp_decode_tok_s"] = ll_dec;
-        out["ratio_decode"] = les_dec / ll_dec;
-        out["ratio_prefill"] = les_pre / ll_pre;
-      } else {
-        std::printf("llama.cpp: not run (node-llama-cpp missing or failed: %s)\n", cmd.c_str());
-      }
+                          {"rounds", rounds}, {"isa", isa_name(isas[0])}, {"les_prefill_tok_s", les_pre},
+                          {"les_decode_tok_s", les_dec}, {"active_bytes_per_token", active}};
+    if (run_llamacpp && !llama_failed && !ll_pre.empty() && !ll_dec.empty()) {
+      const double lp = median(ll_pre), ld = median(ll_dec);
+      std::printf("llama.cpp         prefill %8.2f tok/s   decode %7.2f tok/s   (llama.cpp's own counters)\n", lp, ld);
+      std::printf("ratio les/llama.cpp: prefill %.2fx   decode %.2fx\n", les_pre / lp, les_dec / ld);
+      out["llamacpp_prefill_tok_s"] = lp;
+      out["llamacpp_decode_tok_s"] = ld;
+      out["ratio_decode"] = les_dec / ld;
+      out["ratio_prefill"] = les_pre / lp;
+    } else if (run_llamacpp) {
+      std::printf("llama.cpp: not run (node-llama-cpp missing or failed: %s)\n", llama_cmd.c_str());
     }
     if (!json_out.empty()) std::ofstream(json_out) << out.dump(1) << "\n";
     return 0;
