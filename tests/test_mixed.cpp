@@ -334,3 +334,43 @@ TEST(ContextFromLayer, EvalFromAnyLayerWithItsInputEqualsTheFullEvalBitForBit) {
 
 }  // namespace
 }  // namespace les::test
+
+namespace les::test {
+namespace {
+
+TEST(MixedSensitivityFile, RoundTripGivesTheSameRecipeAndAnotherModelIsRefused) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  const gguf::File f = gguf::read_file(in);
+  mixed::MixedOptions mo;
+  mo.calib_tokens = calib_tokens(64, 300, 9);
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 1;
+  mo.target_bytes = f.file_size * 40 / 100;
+  mo.sensitivity.candidates = {Type::Q2_K, Type::Q4_K, Type::Q8_0};
+  mixed::SensitivityReport rep;
+  mo.report_out = &rep;
+  const mixed::MixedRecipe r1 = mixed::plan_mixed(in, mo);
+  ASSERT_GT(rep.n_measurements, 0);
+  const std::string js = mixed::sensitivity_to_json(rep, f, "test");
+  const mixed::SensitivityReport back = mixed::sensitivity_from_json(js, f, "s.json");
+  mixed::MixedOptions mo2 = mo;
+  mo2.measured = &back;
+  mo2.report_out = nullptr;
+  mo2.calib_tokens.clear();  // not needed when the sensitivity is given
+  const mixed::MixedRecipe r2 = mixed::plan_mixed(in, mo2);
+  ASSERT_EQ(r1.entries.size(), r2.entries.size());
+  for (size_t i = 0; i < r1.entries.size(); ++i) {
+    EXPECT_EQ(r1.entries[i].type, r2.entries[i].type) << r1.entries[i].group;
+    EXPECT_EQ(r1.entries[i].dkld, r2.entries[i].dkld) << r1.entries[i].group;
+  }
+  // Another model (other types) is refused, naming the file.
+  const std::string other = small_synth_model(d, "other.gguf", "q8_0");
+  const std::string e = error_of([&] { mixed::sensitivity_from_json(js, gguf::read_file(other), "s.json"); });
+  EXPECT_NE(e.find("s.json was measured on another model"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { mixed::sensitivity_from_json("{\"version\":1}", f, "s.json"); }).find("malformed"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace les::test

@@ -60,6 +60,9 @@ int cmd_quantize(int argc, char** argv) {
           {{"--types"}, true, "candidate types, comma-separated (default: every type les runs)", "LIST"},
           {{"--mem"}, true, "mixed precision: price bytes by what they cost when streaming within this memory budget "
                             "(expert bytes per miss, dense bytes by the cache they take)", "BUDGET"},
+          {{"--save-sensitivity"}, true, "mixed precision: also write the measured sensitivity (JSON)", "FILE"},
+          {{"--sensitivity"}, true, "mixed precision: use a sensitivity saved by --save-sensitivity instead of measuring",
+           "FILE"},
           {{"--dry-run"}, false, "mixed precision: print the recipe, write nothing"},
           {{"--recipe-json"}, true, "also write the recipe as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -93,7 +96,9 @@ int cmd_quantize(int argc, char** argv) {
   QuantizePlan plan;
   if (mixed) {
     if (a.has("--target-size") && a.has("--target-bpw")) throw Error("give --target-size or --target-bpw, not both");
-    if (!a.has("--calib")) throw Error("mixed precision needs a calibration text (--calib TEXT)");
+    if (!a.has("--calib") && (!a.has("--sensitivity") || a.has("--mem"))) {
+      throw Error("mixed precision needs a calibration text (--calib TEXT)");
+    }
     mixed::MixedOptions mo;
     if (a.has("--target-size")) mo.target_bytes = parse_size(a.str("--target-size"), "--target-size");
     if (a.has("--target-bpw")) {
@@ -101,9 +106,18 @@ int cmd_quantize(int argc, char** argv) {
       if (!(mo.target_bpw > 0 && mo.target_bpw <= 32)) throw Error("--target-bpw must be in (0, 32]");
     }
     if (mo.target_bytes == 0 && mo.target_bpw == 0) throw Error("--target-size must be > 0");
-    const std::string text = read_text(a.str("--calib"));
-    Tokenizer tok(vocab_from_gguf(in_file));
-    mo.calib_tokens = tok.encode(text, true, false);
+    if (a.has("--calib")) {
+      const std::string text = read_text(a.str("--calib"));
+      Tokenizer tok(vocab_from_gguf(in_file));
+      mo.calib_tokens = tok.encode(text, true, false);
+    }
+    mixed::SensitivityReport loaded, measured;
+    if (a.has("--sensitivity")) {
+      const std::string sp = a.str("--sensitivity");
+      loaded = mixed::sensitivity_from_json(read_text(sp), in_file, sp);
+      mo.measured = &loaded;
+    }
+    mo.report_out = &measured;
     const std::string arch = in_file.get_string("general.architecture", "");
     const int n_ctx_train = static_cast<int>(in_file.get_int(arch + ".context_length", 512));
     mo.sensitivity.n_ctx = static_cast<int>(a.i64("--ctx-size", std::min(512, n_ctx_train)));
@@ -115,7 +129,7 @@ int cmd_quantize(int argc, char** argv) {
     if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
     mo.importance = importance;
     mo.imatrix_name = a.str("--imatrix");
-    if (static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
+    if (a.has("--calib") && static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
       throw Error(strfmt("calibration text %s has %zu tokens, fewer than one window of %d (--ctx-size)",
                          a.str("--calib").c_str(), mo.calib_tokens.size(), mo.sensitivity.n_ctx));
     }
@@ -132,6 +146,11 @@ int cmd_quantize(int argc, char** argv) {
       std::printf("streaming cost: %.2f MiB per token (a uniform file of the target size: %.2f MiB per token)\n",
                   r.stream_bytes_per_token / 1048576.0, r.stream_bytes_per_token_ref / 1048576.0);
     }
+    if (a.has("--save-sensitivity")) {
+      const std::string js = mixed::sensitivity_to_json(
+          measured, in_file, "calibration " + a.str("--calib") + ", imatrix " + (a.has("--imatrix") ? a.str("--imatrix") : "none"));
+      write_file_atomic(a.str("--save-sensitivity"), js.data(), js.size());
+    }
     if (a.has("--recipe-json")) {
       const std::string js = mixed::recipe_to_json(r);
       write_file_atomic(a.str("--recipe-json"), js.data(), js.size());
@@ -139,7 +158,7 @@ int cmd_quantize(int argc, char** argv) {
     if (a.has("--dry-run")) return 0;
     plan = mixed::plan_from_recipe(r, in_file, n_threads);
   } else {
-    for (const char* f : {"--calib", "--calib-windows", "--mem", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
       if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
     }
     plan = parse_quantize_plan(a.positional()[2]);

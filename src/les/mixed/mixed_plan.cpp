@@ -103,8 +103,10 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
     return stream ? prices.cost(g, bytes, n_expert, top_k) : static_cast<double>(bytes);
   };
 
-  const SensitivityReport rep =
-      measure_sensitivity(*model, opt.calib_tokens, groups, opt.importance, opt.sensitivity, progress);
+  const SensitivityReport rep = opt.measured ? *opt.measured
+                                             : measure_sensitivity(*model, opt.calib_tokens, groups, opt.importance,
+                                                                   opt.sensitivity, progress);
+  if (opt.report_out) *opt.report_out = rep;
 
   std::vector<AllocItem> items;
   double budget = 0;

@@ -61,3 +61,14 @@ double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int
                          const ImportanceFn& importance, ThreadPool& pool);
 
 }  // namespace les::mixed
+
+namespace les::mixed {
+
+// A measured report as JSON, so one (long) measurement serves many targets. The model is named by
+// a fingerprint of its tensors (names, shapes, types); loading checks it and every group against
+// the model, and throws les::Error naming the first mismatch.
+std::string sensitivity_to_json(const SensitivityReport& r, const gguf::File& model, const std::string& note);
+SensitivityReport sensitivity_from_json(const std::string& json, const gguf::File& model, const std::string& what);
+uint64_t tensor_fingerprint(const gguf::File& model);
+
+}  // namespace les::mixed
