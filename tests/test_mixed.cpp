@@ -8,7 +8,9 @@
 #include "les/convert/quantize_model.h"
 #include "les/mixed/allocate.h"
 #include "les/mixed/mixed_plan.h"
+#include "les/mixed/sensitivity.h"
 #include "les/mixed/tensor_groups.h"
+#include "les/quality/token_compare.h"
 #include "les/model/context.h"
 #include "les/synth/synth.h"
 #include "les/util/hash.h"
@@ -370,6 +372,81 @@ TEST(MixedSensitivityFile, RoundTripGivesTheSameRecipeAndAnotherModelIsRefused) 
   EXPECT_NE(e.find("s.json was measured on another model"), std::string::npos) << e;
   EXPECT_NE(error_of([&] { mixed::sensitivity_from_json("{\"version\":1}", f, "s.json"); }).find("malformed"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+// A measured dKLD equals the mean KL divergence of the whole model with that group alone converted
+// (all experts, a full forward pass), although the measurement converts only the experts the
+// windows use and starts at the group's layer.
+TEST(MixedSensitivity, MeasurementEqualsAFullConversionAndForwardPass) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  auto model = Model::load(in);
+  const gguf::File& f = model->gguf();
+  std::vector<mixed::TensorGroup> groups;
+  for (const auto& g : mixed::tensor_groups(f)) {
+    if (g.id() == "blk.1.ffn_down" || g.id() == "blk.1.attn_v") groups.push_back(g);
+  }
+  ASSERT_EQ(groups.size(), 2u);
+  mixed::SensitivityOptions so;
+  so.n_ctx = 32;
+  so.n_windows = 2;
+  so.candidates = {Type::Q3_K};
+  so.prune_dominated = false;
+  const auto toks = calib_tokens(64, 300, 21);
+  const mixed::SensitivityReport rep = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  ASSERT_EQ(rep.groups.size(), 2u);
+  for (const auto& gs : rep.groups) {
+    ASSERT_EQ(gs.candidates.size(), 2u);  // q3_K and keep
+    const auto& c = gs.candidates[0];
+    ASSERT_TRUE(c.measured);
+    EXPECT_GT(c.dkld, 0.0);
+    // By hand: base logits, then every tensor of the group converted whole, a full pass.
+    auto base = Model::load(in);
+    auto test = Model::load(in);
+    const MappedFile map = MappedFile::open(in);
+    ThreadPool pool(1);
+    for (const auto& t : gs.group.tensors) {
+      const gguf::TensorInfo* ti = f.find_tensor(t.name);
+      const int64_t rows = ti->n_elements() / ti->ne[0];
+      std::vector<uint8_t> q(row_bytes(Type::Q3_K, ti->ne[0]) * static_cast<size_t>(rows));
+      convert_rows(map.data() + f.data_offset + ti->offset, ti->type, Type::Q3_K, ti->ne, 0, rows, q.data(), t.name, {},
+                   pool);
+      test->replace_tensor(t.name, Type::Q3_K, std::move(q));
+    }
+    double sum = 0;
+    int n = 0;
+    for (int w = 0; w < 2; ++w) {
+      ContextParams cp;
+      cp.n_ctx = 32;
+      cp.n_batch = 32;
+      Context cb(*base, cp), ct(*test, cp);
+      const std::span<const int32_t> win(toks.data() + 32 * w, 32);
+      cb.eval(win, true);
+      ct.eval(win, true);
+      for (int j = 0; j + 1 < 32; ++j, ++n) {
+        sum += quality::compare_logits(cb.logits(j), ct.logits(j), 300, win[static_cast<size_t>(j) + 1]).kld;
+      }
+    }
+    EXPECT_EQ(c.dkld, sum / n) << gs.group.id();
+  }
+  // Probe mode measures one type per group and scales the rest by weighted error.
+  so.candidates = {Type::Q2_K, Type::Q4_K};
+  so.probe_only = true;
+  const mixed::SensitivityReport pr = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  EXPECT_EQ(pr.n_measurements, 2);
+  for (const auto& gs : pr.groups) {
+    ASSERT_EQ(gs.candidates.size(), 3u);
+    EXPECT_TRUE(gs.candidates[0].measured);
+    EXPECT_FALSE(gs.candidates[1].measured);
+    EXPECT_NEAR(gs.candidates[1].dkld / gs.candidates[0].dkld,
+                gs.candidates[1].rel_error / gs.candidates[0].rel_error, 1e-12);
+  }
 }
 
 }  // namespace

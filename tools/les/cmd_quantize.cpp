@@ -63,6 +63,8 @@ int cmd_quantize(int argc, char** argv) {
           {{"--save-sensitivity"}, true, "mixed precision: also write the measured sensitivity (JSON)", "FILE"},
           {{"--sensitivity"}, true, "mixed precision: use a sensitivity saved by --save-sensitivity instead of measuring",
            "FILE"},
+          {{"--probe"}, false, "mixed precision: measure one type per group and predict the others from their "
+                               "weighted errors (for models too large to measure every type)"},
           {{"--dry-run"}, false, "mixed precision: print the recipe, write nothing"},
           {{"--recipe-json"}, true, "also write the recipe as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -125,6 +127,7 @@ int cmd_quantize(int argc, char** argv) {
     mo.sensitivity.n_windows = static_cast<int>(a.i64("--calib-windows", 4));
     if (mo.sensitivity.n_windows < 1) throw Error("--calib-windows must be >= 1");
     mo.sensitivity.n_threads = n_threads;
+    mo.sensitivity.probe_only = a.has("--probe");
     if (a.has("--types")) mo.sensitivity.candidates = parse_type_list(a.str("--types"));
     if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
     mo.importance = importance;
@@ -158,7 +161,7 @@ int cmd_quantize(int argc, char** argv) {
     if (a.has("--dry-run")) return 0;
     plan = mixed::plan_from_recipe(r, in_file, n_threads);
   } else {
-    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--probe", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
       if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
     }
     plan = parse_quantize_plan(a.positional()[2]);

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "les/quality/token_compare.h"
 #include "les/model/context.h"
@@ -111,9 +113,13 @@ class CalibrationSet {
           in[static_cast<size_t>(layer) + 1].assign(x, x + n_tok * width);
         }
       });
+      ctx_->set_matmul_observer([&](const std::string& tensor, int expert, const float*, int64_t, int64_t) {
+        if (expert >= 0) used_[tensor].insert(expert);
+      });
       ctx_->rollback(0);
       ctx_->eval(windows_.back(), true);
       ctx_->set_observer({});
+      ctx_->set_matmul_observer({});
       inputs_.push_back(std::move(in));
       for (size_t j = 0; j + 1 < T; ++j) {
         base_.insert(base_.end(), ctx_->logits(static_cast<int>(j)), ctx_->logits(static_cast<int>(j)) + V);
@@ -123,6 +129,13 @@ class CalibrationSet {
   }
 
   int n_positions() const { return n_windows_ * (n_ctx_ - 1); }
+
+  // Experts of a routed-expert tensor that the calibration windows use (with the base model; a
+  // change to layer l leaves layer l's routing as it is, so its other experts are never read).
+  const std::set<int>* used_experts(const std::string& tensor) const {
+    auto it = used_.find(tensor);
+    return it == used_.end() ? nullptr : &it->second;
+  }
 
   // Mean KL divergence (base || model as it is now) over every calibration position, evaluating
   // from first_layer on (0: from the embeddings).
@@ -156,6 +169,7 @@ class CalibrationSet {
   std::vector<std::span<const int32_t>> windows_;
   std::vector<std::vector<std::vector<float>>> inputs_;  // [window][layer][n_ctx][n_embd]
   std::vector<float> base_;                              // [position][n_vocab]
+  std::map<std::string, std::set<int>> used_;            // routed-expert tensor -> experts used
 };
 
 }  // namespace
@@ -205,7 +219,9 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
   int total = 0;
   for (const auto& gs : rep.groups) {
-    for (const auto& c : gs.candidates) total += c.keep ? 0 : 1;
+    int n = 0;
+    for (const auto& c : gs.candidates) n += c.keep ? 0 : 1;
+    total += opt.probe_only ? std::min(n, 1) : n;
   }
   const int n_layer = model.config().n_layer;
   int done = 0;
@@ -214,20 +230,41 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
     // every layer; the embeddings (and anything unknown) need the whole pass.
     int first_layer = gs.group.layer >= 0 && gs.group.layer < n_layer ? gs.group.layer : 0;
     if (gs.group.layer < 0 && gs.group.kind == "output") first_layer = n_layer;
+    const CandidateResult* probe = nullptr;
     for (CandidateResult& c : gs.candidates) {
       if (c.keep) continue;
+      if (opt.probe_only && probe) {  // predicted from the probe
+        c.dkld = probe->rel_error > 0 ? probe->dkld * c.rel_error / probe->rel_error : 0.0;
+        c.measured = false;
+        continue;
+      }
       if (progress) progress(done, total, gs.group.id() + " as " + type_name(c.type));
       for (const GroupTensor& t : gs.group.tensors) {
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
+        const uint8_t* src = map.data() + f.data_offset + ti->offset;
         const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(t.ne[0]));
-        std::vector<uint8_t> q(row_bytes(c.type, t.ne[0]) * static_cast<size_t>(n_rows));
-        convert_rows(map.data() + f.data_offset + ti->offset, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name,
-                     importance, pool);
+        const size_t rb_out = row_bytes(c.type, t.ne[0]), rb_in = row_bytes(t.src_type, t.ne[0]);
+        std::vector<uint8_t> q(rb_out * static_cast<size_t>(n_rows));
+        const std::set<int>* used = gs.group.routed_experts ? calib.used_experts(t.name) : nullptr;
+        if (gs.group.routed_experts) {
+          // Only the experts the windows use; the others stay zero and are never read.
+          const int64_t per = t.ne[1];
+          if (used) {
+            for (int e : *used) {
+              const int64_t r0 = static_cast<int64_t>(e) * per;
+              convert_rows(src + static_cast<size_t>(r0) * rb_in, t.src_type, c.type, t.ne, r0, per,
+                           q.data() + static_cast<size_t>(r0) * rb_out, t.name, importance, pool);
+            }
+          }
+        } else {
+          convert_rows(src, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name, importance, pool);
+        }
         model.replace_tensor(t.name, c.type, std::move(q));
       }
       c.dkld = calib.mean_kld(first_layer);
       for (const GroupTensor& t : gs.group.tensors) model.restore_tensor(t.name);
       c.measured = true;
+      probe = &c;
       ++done;
     }
   }

@@ -24,6 +24,10 @@ struct SensitivityOptions {
   // Skip a candidate whose weighted error is not below that of a cheaper candidate (it would never
   // be chosen); its dKLD is then not measured.
   bool prune_dominated = true;
+  // Measure one candidate per group (the cheapest: the clearest signal) and predict the others'
+  // dKLD from it in proportion to their weighted errors. For models too large to measure every
+  // candidate; the predicted values are marked measured = false.
+  bool probe_only = false;
 };
 
 struct CandidateResult {
@@ -31,7 +35,7 @@ struct CandidateResult {
   bool keep = false;        // the group's source data, unconverted (dkld 0 by definition)
   uint64_t bytes = 0;       // the group's bytes as this type
   double rel_error = 0;     // importance-weighted squared error / weighted squared norm, sampled rows
-  double dkld = 0;          // measured mean KL divergence from the base (valid when measured)
+  double dkld = 0;          // mean KL divergence from the base: measured, or predicted (probe_only)
   bool measured = false;
 };
 
