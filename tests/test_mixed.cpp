@@ -9,6 +9,7 @@
 #include "les/mixed/allocate.h"
 #include "les/mixed/mixed_plan.h"
 #include "les/mixed/sensitivity.h"
+#include "les/mixed/stream_cost.h"
 #include "les/mixed/tensor_groups.h"
 #include "les/quality/token_compare.h"
 #include "les/model/context.h"
@@ -447,6 +448,72 @@ TEST(MixedSensitivity, MeasurementEqualsAFullConversionAndForwardPass) {
     EXPECT_NEAR(gs.candidates[1].dkld / gs.candidates[0].dkld,
                 gs.candidates[1].rel_error / gs.candidates[0].rel_error, 1e-12);
   }
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+TEST(MixedStreamCost, MemBudgetPricesExpertBytesByMissRate) {
+  ScopedDir d;
+  synth::SynthSpec s = synth::shape_spec("tiny");
+  s.n_layer = 3;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_expert = 16;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_vocab = 300;
+  s.n_ctx = 64;
+  s.type = "f16";
+  const std::string in = d.file("in.gguf");
+  synth::write_synth_model(s, in);
+  const gguf::File f = gguf::read_file(in);
+  auto model = Model::load(in);
+  const auto groups = mixed::tensor_groups(f);
+  const auto toks = calib_tokens(128, 300, 4);
+  // A budget with room for ~1/3 of the experts at 4 bits per weight.
+  const double expert_bytes = 3.0 * 256 * 256 * 4.0 / 8.0;
+  const uint64_t small = (16ull << 20) + 5'000'000 + static_cast<uint64_t>(16 * expert_bytes);
+  const mixed::StreamPrices p = mixed::stream_prices(*model, groups, toks, 64, 2, 1, small, 4.0);
+  ASSERT_EQ(p.miss_rate.size(), 3u);
+  for (double m : p.miss_rate) {
+    EXPECT_GT(m, 0.0);
+    EXPECT_LE(m, 1.0);
+  }
+  EXPECT_GT(p.dense_price, 0.0) << "a dense byte takes cache and adds misses";
+  EXPECT_LT(p.cache_experts, 48u);
+  // Everything fits: only cold misses, and dense bytes cost nothing.
+  const mixed::StreamPrices big = mixed::stream_prices(*model, groups, toks, 64, 2, 1, 1ull << 30, 4.0);
+  EXPECT_EQ(big.cache_experts, 48u);
+  EXPECT_EQ(big.dense_price, 0.0);
+  for (size_t l = 0; l < 3; ++l) EXPECT_LE(big.miss_rate[l], p.miss_rate[l]);
+  // Too small for the dense tensors and a minimal cache.
+  EXPECT_NE(error_of([&] { mixed::stream_prices(*model, groups, toks, 64, 2, 1, 1 << 20, 4.0); }).find("cannot hold"),
+            std::string::npos);
+  // The allocation under --mem: a recipe priced by streaming cost, no more than the reference.
+  mixed::MixedOptions mo;
+  mo.calib_tokens = toks;
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 1;
+  mo.sensitivity.candidates = {Type::Q2_K, Type::Q4_K, Type::Q8_0};
+  mo.target_bytes = f.file_size * 35 / 100;
+  mo.mem_budget = small;
+  const mixed::MixedRecipe r = mixed::plan_mixed(in, mo);
+  EXPECT_EQ(r.cost_model, "stream");
+  EXPECT_LE(r.stream_bytes_per_token, r.stream_bytes_per_token_ref * (1 + 1e-9));
+  int priced = 0;
+  for (const auto& e : r.entries) {
+    if (e.kind == "ffn_gate_up" || e.kind == "ffn_down") {
+      EXPECT_GT(e.miss_rate, 0.0) << e.group;
+      ++priced;
+    }
+  }
+  EXPECT_EQ(priced, 6);
 }
 
 }  // namespace

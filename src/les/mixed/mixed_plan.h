@@ -53,8 +53,10 @@ struct MixedRecipe {
   double seconds = 0;
   std::string cost_model = "file";  // "file" or "stream"
   std::string imatrix;
-  double stream_bytes_per_token = 0;      // stream cost model: the allocation's expert bytes per token
-  double stream_bytes_per_token_ref = 0;  // ... and a uniform file's of the target size
+  // Stream cost model: expert bytes streamed per token, dense bytes priced by the misses their
+  // cache space would have saved; of the allocation and of a uniform file of the target size.
+  double stream_bytes_per_token = 0;
+  double stream_bytes_per_token_ref = 0;
   double total_bpw() const;
   uint64_t n_weights = 0;        // elements of all tensors
 };
