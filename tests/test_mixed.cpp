@@ -448,6 +448,20 @@ TEST(MixedSensitivity, MeasurementEqualsAFullConversionAndForwardPass) {
     EXPECT_NEAR(gs.candidates[1].dkld / gs.candidates[0].dkld,
                 gs.candidates[1].rel_error / gs.candidates[0].rel_error, 1e-12);
   }
+  // Probing a subset of the used experts: with all of them it is the full probe (but for the F16
+  // rounding of the converted values); with one, the estimate is of the same size.
+  so.candidates = {Type::Q2_K};
+  so.probe_experts = 1000;
+  const mixed::SensitivityReport all = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  so.probe_experts = 1;
+  const mixed::SensitivityReport one = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  const double full = pr.groups[0].group.routed_experts ? pr.groups[0].candidates[0].dkld : pr.groups[1].candidates[0].dkld;
+  const size_t ie = pr.groups[0].group.routed_experts ? 0 : 1;
+  EXPECT_NEAR(all.groups[ie].candidates[0].dkld, full, 0.02 * full);
+  EXPECT_GT(one.groups[ie].candidates[0].dkld, 0.2 * full);
+  EXPECT_LT(one.groups[ie].candidates[0].dkld, 5.0 * full);
+  // Dense groups are not affected by probe_experts.
+  EXPECT_EQ(one.groups[1 - ie].candidates[0].dkld, pr.groups[1 - ie].candidates[0].dkld);
 }
 
 }  // namespace

@@ -65,6 +65,8 @@ int cmd_quantize(int argc, char** argv) {
            "FILE"},
           {{"--probe"}, false, "mixed precision: measure one type per group and predict the others from their "
                                "weighted errors (for models too large to measure every type)"},
+          {{"--probe-experts"}, true, "with --probe: convert at most N used experts per expert group and scale "
+                                      "the measured KL divergence by their share of the routed rows", "N"},
           {{"--dry-run"}, false, "mixed precision: print the recipe, write nothing"},
           {{"--recipe-json"}, true, "also write the recipe as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -128,6 +130,9 @@ int cmd_quantize(int argc, char** argv) {
     if (mo.sensitivity.n_windows < 1) throw Error("--calib-windows must be >= 1");
     mo.sensitivity.n_threads = n_threads;
     mo.sensitivity.probe_only = a.has("--probe");
+    mo.sensitivity.probe_experts = static_cast<int>(a.i64("--probe-experts", 0));
+    if (mo.sensitivity.probe_experts < 0) throw Error("--probe-experts must be >= 0");
+    if (a.has("--probe-experts") && !a.has("--probe")) throw Error("--probe-experts needs --probe");
     if (a.has("--types")) mo.sensitivity.candidates = parse_type_list(a.str("--types"));
     if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
     mo.importance = importance;
@@ -161,7 +166,7 @@ int cmd_quantize(int argc, char** argv) {
     if (a.has("--dry-run")) return 0;
     plan = mixed::plan_from_recipe(r, in_file, n_threads);
   } else {
-    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--probe", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--probe", "--probe-experts", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
       if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
     }
     plan = parse_quantize_plan(a.positional()[2]);

@@ -113,8 +113,8 @@ class CalibrationSet {
           in[static_cast<size_t>(layer) + 1].assign(x, x + n_tok * width);
         }
       });
-      ctx_->set_matmul_observer([&](const std::string& tensor, int expert, const float*, int64_t, int64_t) {
-        if (expert >= 0) used_[tensor].insert(expert);
+      ctx_->set_matmul_observer([&](const std::string& tensor, int expert, const float*, int64_t rows, int64_t) {
+        if (expert >= 0) used_[tensor][expert] += rows;
       });
       ctx_->rollback(0);
       ctx_->eval(windows_.back(), true);
@@ -132,7 +132,8 @@ class CalibrationSet {
 
   // Experts of a routed-expert tensor that the calibration windows use (with the base model; a
   // change to layer l leaves layer l's routing as it is, so its other experts are never read).
-  const std::set<int>* used_experts(const std::string& tensor) const {
+  // Experts used -> rows routed to them.
+  const std::map<int, int64_t>* used_experts(const std::string& tensor) const {
     auto it = used_.find(tensor);
     return it == used_.end() ? nullptr : &it->second;
   }
@@ -169,8 +170,58 @@ class CalibrationSet {
   std::vector<std::span<const int32_t>> windows_;
   std::vector<std::vector<std::vector<float>>> inputs_;  // [window][layer][n_ctx][n_embd]
   std::vector<float> base_;                              // [position][n_vocab]
-  std::map<std::string, std::set<int>> used_;            // routed-expert tensor -> experts used
+  std::map<std::string, std::map<int, int64_t>> used_;   // routed-expert tensor -> expert -> rows
 };
+
+}  // namespace
+
+namespace {
+
+// A routed-expert tensor held as `held` (F16 or F32) in which the `k` used experts with the most
+// routed rows carry the error of type t (converted to t and back) and the other used experts their
+// source values; unused experts are zero (never read). *scale: all used rows / converted rows.
+std::vector<uint8_t> probe_subset(const uint8_t* src, const GroupTensor& t, Type cand, Type held,
+                                  const std::map<int, int64_t>* used, int k, const ImportanceFn& importance,
+                                  ThreadPool& pool, double* scale) {
+  const int64_t row_len = t.ne[0], per = t.ne[1];
+  const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
+  const size_t rb_held = row_bytes(held, row_len), rb_src = row_bytes(t.src_type, row_len);
+  const size_t rb_cand = row_bytes(cand, row_len);
+  std::vector<uint8_t> out(rb_held * static_cast<size_t>(n_rows), 0);
+  if (!used || used->empty()) return out;
+  std::vector<std::pair<int64_t, int>> by_rows;
+  int64_t all = 0;
+  for (const auto& [e, rows] : *used) {
+    by_rows.emplace_back(-rows, e);
+    all += rows;
+  }
+  std::sort(by_rows.begin(), by_rows.end());
+  int64_t converted = 0;
+  for (size_t i = 0; i < by_rows.size(); ++i) {
+    const int e = by_rows[i].second;
+    const bool convert = static_cast<int>(i) < k;
+    if (convert) converted -= by_rows[i].first;
+    const int64_t r0 = static_cast<int64_t>(e) * per;
+    std::vector<uint8_t> q(convert ? rb_cand * static_cast<size_t>(per) : 0);
+    if (convert) {
+      convert_rows(src + static_cast<size_t>(r0) * rb_src, t.src_type, cand, t.ne, r0, per, q.data(), t.name,
+                   importance, pool);
+    }
+    pool.parallel_for(per, 16, [&](int, int64_t a, int64_t b) {
+      std::vector<float> x(static_cast<size_t>(row_len));
+      for (int64_t r = a; r < b; ++r) {
+        if (convert) {
+          dequantize_row(cand, q.data() + static_cast<size_t>(r) * rb_cand, x.data(), row_len);
+        } else {
+          dequantize_row(t.src_type, src + static_cast<size_t>(r0 + r) * rb_src, x.data(), row_len);
+        }
+        quantize_row_ref(held, x.data(), out.data() + static_cast<size_t>(r0 + r) * rb_held, row_len);
+      }
+    });
+  }
+  *scale = converted > 0 ? static_cast<double>(all) / static_cast<double>(converted) : 1.0;
+  return out;
+}
 
 }  // namespace
 
@@ -239,18 +290,29 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         continue;
       }
       if (progress) progress(done, total, gs.group.id() + " as " + type_name(c.type));
+      // Probe with a subset of a routed group's experts: the experts with the most routed rows get
+      // the candidate's error (converted to it and back, in F16), the other used experts keep
+      // their data (in F16), and the measured dKLD is scaled by all rows / converted rows.
+      const bool subset = opt.probe_only && opt.probe_experts > 0 && gs.group.routed_experts;
+      double scale = 1.0;
       for (const GroupTensor& t : gs.group.tensors) {
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
         const uint8_t* src = map.data() + f.data_offset + ti->offset;
         const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(t.ne[0]));
+        const std::map<int, int64_t>* used = gs.group.routed_experts ? calib.used_experts(t.name) : nullptr;
+        if (subset) {
+          const Type held = t.src_type == Type::F32 ? Type::F32 : Type::F16;
+          std::vector<uint8_t> q = probe_subset(src, t, c.type, held, used, opt.probe_experts, importance, pool, &scale);
+          model.replace_tensor(t.name, held, std::move(q));
+          continue;
+        }
         const size_t rb_out = row_bytes(c.type, t.ne[0]), rb_in = row_bytes(t.src_type, t.ne[0]);
         std::vector<uint8_t> q(rb_out * static_cast<size_t>(n_rows));
-        const std::set<int>* used = gs.group.routed_experts ? calib.used_experts(t.name) : nullptr;
         if (gs.group.routed_experts) {
           // Only the experts the windows use; the others stay zero and are never read.
           const int64_t per = t.ne[1];
           if (used) {
-            for (int e : *used) {
+            for (const auto& [e, rows] : *used) {
               const int64_t r0 = static_cast<int64_t>(e) * per;
               convert_rows(src + static_cast<size_t>(r0) * rb_in, t.src_type, c.type, t.ne, r0, per,
                            q.data() + static_cast<size_t>(r0) * rb_out, t.name, importance, pool);
@@ -261,7 +323,7 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         }
         model.replace_tensor(t.name, c.type, std::move(q));
       }
-      c.dkld = calib.mean_kld(first_layer);
+      c.dkld = calib.mean_kld(first_layer) * scale;
       for (const GroupTensor& t : gs.group.tensors) model.restore_tensor(t.name);
       c.measured = true;
       probe = &c;

@@ -28,6 +28,10 @@ struct SensitivityOptions {
   // dKLD from it in proportion to their weighted errors. For models too large to measure every
   // candidate; the predicted values are marked measured = false.
   bool probe_only = false;
+  // Probe mode, routed-expert groups: apply the candidate to at most this many of the used experts
+  // (those with the most routed rows; the others keep their data) and scale the measured dKLD by
+  // all routed rows / the converted experts' rows. 0: every used expert.
+  int probe_experts = 0;
 };
 
 struct CandidateResult {
