@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -142,9 +143,20 @@ int cmd_quantize(int argc, char** argv) {
                          a.str("--calib").c_str(), mo.calib_tokens.size(), mo.sensitivity.n_ctx));
     }
     Progress bar("sensitivity", 1);
-    const mixed::MixedRecipe r = mixed::plan_mixed(in, mo, [&](int done, int total, const std::string&) {
+    // Where stderr is not a terminal (a log), a plain line every 30 s instead of the bar.
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    const mixed::MixedRecipe r = mixed::plan_mixed(in, mo, [&](int done, int total, const std::string& what) {
       bar.set_total(static_cast<uint64_t>(total));
       bar.update(static_cast<uint64_t>(done));
+      const auto now = std::chrono::steady_clock::now();
+      if (!tty && (now - last > std::chrono::seconds(30) || done == total)) {
+        last = now;
+        const double el = std::chrono::duration<double>(now - t0).count();
+        std::fprintf(stderr, "sensitivity: %d/%d measurements, %.0f s, ETA %.0f s (%s)\n", done, total, el,
+                     done > 0 ? el * (total - done) / done : 0.0, what.c_str());
+      }
     });
     bar.finish();
     std::fprintf(stderr, "sensitivity: %d measurements of %d calibration positions each in %.1f s\n", r.measurements,
