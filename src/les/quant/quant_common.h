@@ -1,6 +1,11 @@
 // Helpers shared by the reference (quant_ref.cpp) and fast (quantize_fast*.cpp) weight quantizers:
 // fp16 scale choice, integer rounding, and the packing of levels and scales into block fields.
 // Internal: include only from src/les/quant/*.cpp and tests.
+//
+// The functions are `static inline`: files compiled with AVX flags include this header, and an
+// out-of-line copy of an ordinary inline function compiled there could be the one the linker
+// keeps for every caller, CPUs without AVX included. Internal linkage keeps each file's copy its
+// own.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +20,7 @@ namespace les {
 
 // float -> half, saturating to the largest finite half instead of overflowing to infinity (a
 // scale of infinity would turn a whole block into inf/nan).
-inline half_bits f2h_sat(float f) {
+static inline half_bits f2h_sat(float f) {
   constexpr float kHalfMax = 65504.0f;
   return f32_to_fp16(std::clamp(f, -kHalfMax, kHalfMax));
 }
@@ -23,7 +28,7 @@ inline half_bits f2h_sat(float f) {
 // fp16 scale D ~ v / k for a block whose largest value v (any sign) must be an integer multiple
 // of D of magnitude <= |k|: the nearest fp16 value, moved away from zero by as many ulps as needed
 // when rounding went down (or underflowed to zero, which would wipe out the block). 0 iff v == 0.
-inline half_bits fit_scale(float v, int k) {
+static inline half_bits fit_scale(float v, int k) {
   if (v == 0) return 0;
   half_bits h = f2h_sat(v / static_cast<float>(k));
   const float lim = static_cast<float>(k < 0 ? -k : k) + 0.5f;
@@ -37,7 +42,7 @@ inline half_bits fit_scale(float v, int k) {
 
 // Round to nearest, ties to even, for |v| < 2^22; identical to llama.cpp's nearest_int (which
 // adds 1.5 * 2^23 and reads the mantissa bits) under the default rounding mode.
-inline int nearest_int(float v) {
+static inline int nearest_int(float v) {
   const float t = v + 12582912.0f;
   uint32_t u;
   std::memcpy(&u, &t, 4);
@@ -45,13 +50,13 @@ inline int nearest_int(float v) {
 }
 
 // Nearest level of v in [lo, hi]; v is clamped before rounding so any finite v is safe.
-inline int qround(float v, int lo, int hi) {
+static inline int qround(float v, int lo, int hi) {
   v = std::clamp(v, static_cast<float>(lo) - 1.0f, static_cast<float>(hi) + 1.0f);
   return std::clamp(nearest_int(v), lo, hi);
 }
 
 // Packs 8 scales and 8 mins, each in [0, 63], into the 12 bytes of Q4_K/Q5_K.
-inline void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t* q) {
+static inline void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t* q) {
   for (int j = 0; j < 4; ++j) {
     q[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
     q[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
@@ -60,7 +65,7 @@ inline void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t*
 }
 
 // Packs 16 signed scales in [-32, 31] into the 12 bytes of Q3_K.
-inline void pack_scales_q3k(const int sc[16], uint8_t* s) {
+static inline void pack_scales_q3k(const int sc[16], uint8_t* s) {
   std::memset(s, 0, 12);
   for (int j = 0; j < 16; ++j) {
     const int u = sc[j] + 32;
@@ -75,7 +80,7 @@ inline void pack_scales_q3k(const int sc[16], uint8_t* s) {
 
 // 2-bit packing of 256 levels U (low 2 bits used) shared by Q2_K and the low bits of Q3_K:
 // element 128h + 32k + l at bits 2k of qs[32h + l].
-inline void pack_2bit(const int* U, uint8_t* qs) {
+static inline void pack_2bit(const int* U, uint8_t* qs) {
   for (int h = 0; h < 2; ++h) {
     for (int l = 0; l < 32; ++l) {
       int v = 0;
@@ -87,7 +92,7 @@ inline void pack_2bit(const int* U, uint8_t* qs) {
 
 // 5-bit packing of 32 levels shared by Q5_0/Q5_1: low nibbles as Q4_0, bit 4 of element e in bit
 // e of qh.
-inline void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
+static inline void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
   std::memset(qh, 0, 4);
   for (int j = 0; j < 16; ++j) {
     qs[j] = static_cast<uint8_t>((U[j] & 0x0f) | ((U[j + 16] & 0x0f) << 4));
@@ -96,7 +101,7 @@ inline void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
 }
 
 // Codes of 32 elements into 16 bytes: element j in the low nibble of qs[j], j + 16 in the high.
-inline void pack_iq4_32(const int* C, uint8_t* qs) {
+static inline void pack_iq4_32(const int* C, uint8_t* qs) {
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(C[j] | (C[j + 16] << 4));
 }
 
@@ -106,7 +111,7 @@ inline constexpr float kIq4Midpoints[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42
                                             7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
 
 // Index of the codebook value nearest to v (no branches: the compiler vectorises it).
-inline int nearest_iq4(float v) {
+static inline int nearest_iq4(float v) {
   int c = 0;
   for (float m : kIq4Midpoints) c += v > m;
   return c;

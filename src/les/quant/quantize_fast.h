@@ -1,7 +1,7 @@
 // Internal interface of the fast weight quantizer (quantize_row_fast): the per-ISA fill
-// functions, and the helpers every ISA's copy of the algorithm calls out of line. The helpers are
-// compiled for the baseline ISA, in quantize_fast.cpp, so that no inline function compiled with
-// AVX flags can be merged by the linker into code that runs on other CPUs.
+// functions, and the fp16 helpers every ISA's copy of the algorithm calls out of line. The
+// helpers are compiled for the baseline ISA, in quantize_fast.cpp, so that no inline function of
+// fp16.h compiled with AVX flags can be merged by the linker into code that runs on other CPUs.
 // Include only from src/les/quant/*.cpp and tests.
 #pragma once
 
@@ -25,19 +25,6 @@ namespace fastq {
 half_bits fp16_scale_for(float v, int k);  // fit_scale(v, k)
 half_bits fp16_saturating(float v);        // f2h_sat(v)
 float fp16_value(half_bits h);
-
-// Block packers. L: levels (or IQ4 codes) of the block's elements in element order, as floats
-// holding small integers in the type's range; scales and mins as integers in the type's range.
-void pack_q2_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* y);
-void pack_q3_K(const float* L, const int* sc, half_bits d, uint8_t* y);
-void pack_q4_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* y);
-void pack_q5_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* y);
-void pack_q6_K(const float* L, const int* sc, half_bits d, uint8_t* y);
-void pack_iq4_xs(const float* C, const int* sc, half_bits d, uint8_t* y);
-void pack_q4_0(const float* L, half_bits d, uint8_t* y);
-void pack_q5_0(const float* L, half_bits d, uint8_t* y);
-void pack_q8_0(const float* L, half_bits d, uint8_t* y);
-void pack_iq4_nl(const float* C, half_bits d, uint8_t* y);
 
 }  // namespace fastq
 }  // namespace les

@@ -34,6 +34,7 @@ struct LanesAvx2 {
   static F min(F x, F y) { return map(x, y, [](__m256 p, __m256 q) { return _mm256_min_ps(p, q); }); }
   static F max(F x, F y) { return map(x, y, [](__m256 p, __m256 q) { return _mm256_max_ps(p, q); }); }
   static F fma(F x, F y, F z) { return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)}; }
+  static F fms(F x, F y, F z) { return {_mm256_fmsub_ps(x.a, y.a, z.a), _mm256_fmsub_ps(x.b, y.b, z.b)}; }
   static F abs(F x) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     return {_mm256_andnot_ps(sign, x.a), _mm256_andnot_ps(sign, x.b)};

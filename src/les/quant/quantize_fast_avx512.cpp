@@ -30,6 +30,7 @@ struct LanesAvx512 {
   static F min(F a, F b) { return _mm512_min_ps(a, b); }
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F fms(F a, F b, F c) { return _mm512_fmsub_ps(a, b, c); }
   static F abs(F a) { return _mm512_abs_ps(a); }
   static F sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F round(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
