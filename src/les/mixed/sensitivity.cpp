@@ -15,7 +15,7 @@
 namespace les::mixed {
 
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool) {
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method) {
   const int64_t row_len = t.ne[0];
   const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
   const int64_t rows_per_matrix = t.ne.size() > 1 ? t.ne[1] : 1;
@@ -31,7 +31,7 @@ double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int
       const int64_t r = n == n_rows ? i : (i * n_rows + n_rows / 2) / n;
       dequantize_row(t.src_type, src + static_cast<size_t>(r) * in_row, x.data(), row_len);
       const float* imp = importance ? importance(t.name, static_cast<int>(r / rows_per_matrix), scratch) : nullptr;
-      quantize_row_ref(dst, x.data(), q.data(), row_len, imp);
+      quantize_weights(method, dst, x.data(), q.data(), row_len, imp);
       dequantize_row(dst, q.data(), y.data(), row_len);
       double e = 0, s = 0;
       for (int64_t j = 0; j < row_len; ++j) {
@@ -184,7 +184,8 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
         LES_ASSERT(ti != nullptr);
         const double share = static_cast<double>(t.n_elements);
-        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool);
+        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool,
+                                       opt.method);
         w += share;
       }
       c.rel_error = w > 0 ? e / w : 0;
@@ -222,7 +223,7 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(t.ne[0]));
         std::vector<uint8_t> q(row_bytes(c.type, t.ne[0]) * static_cast<size_t>(n_rows));
         convert_rows(map.data() + f.data_offset + ti->offset, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name,
-                     importance, pool);
+                     importance, pool, opt.method);
         model.replace_tensor(t.name, c.type, std::move(q));
       }
       c.dkld = calib.mean_kld(first_layer);

@@ -24,6 +24,7 @@ struct SensitivityOptions {
   // Skip a candidate whose weighted error is not below that of a cheaper candidate (it would never
   // be chosen); its dKLD is then not measured.
   bool prune_dominated = true;
+  QuantMethod method = QuantMethod::fast;  // quantizer of the candidate conversions
 };
 
 struct CandidateResult {
@@ -58,6 +59,6 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
 // Importance-weighted relative squared error of converting rows of a tensor to `t` (sampled rows).
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool);
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method = QuantMethod::fast);
 
 }  // namespace les::mixed
