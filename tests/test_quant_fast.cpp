@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
 #include "les/quant/finite.h"
 #include "les/quant/kernels.h"
 #include "les/quant/types.h"
+#include "les/synth/synth.h"
 #include "les/util/error.h"
 #include "les/util/mapped_file.h"
+#include "les/util/thread_pool.h"
 #include "test_util.h"
 
 namespace les {
@@ -392,6 +395,95 @@ TEST(QuantFast, TrainedModelRowsWithinTwoPercentOfReference) {
                 rows.size());
     EXPECT_LE(ef, 1.02 * er) << type_name(t);
   }
+}
+
+// convert_rows quantizes with the method asked for (fast by default), with the importance of
+// each matrix, whatever the thread count.
+TEST(QuantFast, ConvertRowsUsesTheChosenQuantizer) {
+  Gen g(21);
+  const std::vector<int64_t> ne = {512, 6, 3};  // 3 matrices of 6 rows
+  const int64_t rows = 18;
+  const auto x = gen_row(g, Dist::heavy_tailed, 512 * rows, 0.05f);
+  std::vector<std::vector<float>> imp;
+  for (int m = 0; m < 3; ++m) imp.push_back(skewed_importance(g, 512));
+  const ImportanceFn importance = [&](const std::string& name, int m, std::vector<float>&) -> const float* {
+    EXPECT_EQ(name, "t.weight");
+    return imp[static_cast<size_t>(m)].data();
+  };
+  for (Type t : {Type::Q3_K, Type::IQ4_XS, Type::Q4_0}) {
+    const size_t rb = row_bytes(t, 512);
+    for (QuantMethod method : {QuantMethod::fast, QuantMethod::exact}) {
+      std::vector<uint8_t> want(rb * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x.data() + r * 512;
+        const float* ip = imp[static_cast<size_t>(r / 6)].data();
+        if (method == QuantMethod::fast) {
+          quantize_row_fast(t, xr, want.data() + r * rb, 512, ip);
+        } else {
+          quantize_row_ref(t, xr, want.data() + r * rb, 512, ip);
+        }
+      }
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<uint8_t> got(rb * rows);
+        // rows 4.. of the tensor: row0 picks the right matrices' importance
+        convert_rows(reinterpret_cast<const uint8_t*>(x.data() + 4 * 512), Type::F32, t, ne, 4, rows - 4,
+                     got.data() + 4 * rb, "t.weight", importance, pool, method);
+        EXPECT_TRUE(std::equal(want.begin() + 4 * static_cast<long>(rb), want.end(), got.begin() + 4 * static_cast<long>(rb)))
+            << type_name(t) << (method == QuantMethod::fast ? " fast" : " exact") << " threads " << threads;
+      }
+    }
+    std::vector<uint8_t> def(rb * rows), fast(rb * rows);
+    ThreadPool pool(1);
+    convert_rows(reinterpret_cast<const uint8_t*>(x.data()), Type::F32, t, ne, 0, rows, def.data(), "t.weight",
+                 importance, pool);
+    convert_rows(reinterpret_cast<const uint8_t*>(x.data()), Type::F32, t, ne, 0, rows, fast.data(), "t.weight",
+                 importance, pool, QuantMethod::fast);
+    EXPECT_EQ(def, fast) << type_name(t);
+  }
+}
+
+// les quantize: the fast quantizer by default, the reference with --exact; every converted
+// matrix holds exactly what the chosen quantizer makes of the source rows.
+TEST(QuantFast, QuantizeCommandDefaultAndExact) {
+  const std::string dir = les::test::temp_dir();
+  synth::SynthSpec spec = synth::shape_spec("tiny");
+  spec.type = "f16";
+  spec.n_embd = 256;  // rows of 256: K-quant matrices
+  spec.n_ff_exp = 256;
+  const std::string in = dir + "/in.gguf", fast = dir + "/fast.gguf", exact = dir + "/exact.gguf";
+  synth::write_synth_model(spec, in);
+  ASSERT_EQ(les::test::run_les("quantize '" + in + "' '" + fast + "' q3_K -t 2"), 0);
+  ASSERT_EQ(les::test::run_les("quantize '" + in + "' '" + exact + "' q3_K -t 2 --exact"), 0);
+  const gguf::File fi = gguf::read_file(in), ff = gguf::read_file(fast), fe = gguf::read_file(exact);
+  const MappedFile mi = MappedFile::open(in), mf = MappedFile::open(fast), me = MappedFile::open(exact);
+  int checked = 0;
+  for (const auto& t : ff.tensors) {
+    if (t.type != Type::Q3_K) continue;
+    const auto* src = fi.find_tensor(t.name);
+    const auto* ex = fe.find_tensor(t.name);
+    ASSERT_NE(src, nullptr);
+    ASSERT_NE(ex, nullptr);
+    ASSERT_EQ(ex->type, Type::Q3_K);
+    const int64_t n = t.ne[0], rows = t.n_elements() / n;
+    const size_t rb = row_bytes(Type::Q3_K, n), sb = row_bytes(src->type, n);
+    for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 7)) {
+      std::vector<float> x(static_cast<size_t>(n));
+      dequantize_row(src->type, mi.data() + fi.data_offset + src->offset + static_cast<size_t>(r) * sb, x.data(), n);
+      std::vector<uint8_t> qf(rb), qe(rb);
+      quantize_row_fast(Type::Q3_K, x.data(), qf.data(), n);
+      quantize_row_ref(Type::Q3_K, x.data(), qe.data(), n);
+      ASSERT_EQ(0, std::memcmp(qf.data(), mf.data() + ff.data_offset + t.offset + static_cast<size_t>(r) * rb, rb))
+          << t.name << " row " << r;
+      ASSERT_EQ(0, std::memcmp(qe.data(), me.data() + fe.data_offset + ex->offset + static_cast<size_t>(r) * rb, rb))
+          << t.name << " row " << r;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+  std::string err;
+  EXPECT_EQ(les::test::run_les("quantize --help", &err), 0);
+  (void)std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace
