@@ -300,12 +300,18 @@ void quantize_model(const std::string& in_path, const std::string& out_path, con
     const std::vector<int64_t> ne = t.ne;
     const std::string name = t.name;
     const QuantMethod method = plan.method;
+    const MappedFile* source = &map;
     // Written in pieces of whole rows: never more than one piece of one tensor in memory.
     w.add_tensor(t.name, t.ne, dst,
                  gguf::Writer::ChunkFillFn([=](void* out, uint64_t offset, uint64_t n_bytes) {
                    LES_ASSERT(offset % out_row == 0 && n_bytes % out_row == 0);
                    const int64_t row0 = static_cast<int64_t>(offset / out_row);
                    const int64_t rows = static_cast<int64_t>(n_bytes / out_row);
+                   // Read the source of the next piece (of this tensor or the next one) while
+                   // this one is converted.
+                   const size_t piece_end = static_cast<size_t>(src - source->data()) +
+                                            static_cast<size_t>(row0 + rows) * in_row;
+                   source->prefetch(piece_end, static_cast<size_t>(rows) * in_row);
                    convert_rows(src + static_cast<size_t>(row0) * in_row, src_type, dst, ne, row0, rows, out, name,
                                 importance, *pool, method);
                  }),
