@@ -94,7 +94,8 @@ struct LanesPortable {
   }
   // min(max(round(v), lo), hi): a NaN gives lo.
   static F round_clamp(const F& a, const F& lo, const F& hi) { return min(max(round(a), lo), hi); }
-  static M cmp(const F& a, const F& b, bool (*op)(float, float)) {
+  template <class Op>
+  static M cmp(const F& a, const F& b, Op op) {
     M m;
     for (int i = 0; i < 16; ++i) m.b[i] = op(a.v[i], b.v[i]);
     return m;
