@@ -93,6 +93,7 @@ Tables build_tables() {
   s.table[1] = s.table[0];
   s.table[1].isa = Isa::avx2;
   fill_kernel_table_avx2(s.table[1]);
+  fill_dequantizers_avx2(s.table[1]);
   fill_fast_quantizers_avx2(s.table[1]);
   s.present[1] = true;
   s.table[2] = s.table[1];

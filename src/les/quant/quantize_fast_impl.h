@@ -699,7 +699,8 @@ struct FastQuant {
       alignas(64) float scale[kLanes], D[kLanes];
       real_scales(fit_sym<16>(b, lo, hi, sched), b.up, scale);
       const half_bits d = fp16_scale_for(signed_max(scale, kLanes), slo);
-      for (float& v : D) v = fp16_value(d);
+      const float dv = fp16_value(d);
+      for (float& v : D) v = dv;
       int sc[kLanes];
       F L[16];
       choose_scales<16, Levels::sym>(b, D, scale, slo, shi, lo, hi, sc, L);
@@ -734,9 +735,10 @@ struct FastQuant {
         }
         hd[sb] = fp16_scale_for(max_scale, smax);
         hm[sb] = fp16_scale_for(max_min, smax);
+        const float dv = fp16_value(hd[sb]), mv = fp16_value(hm[sb]);
         for (int l = sb * kSbLanes; l < (sb + 1) * kSbLanes; ++l) {
-          D[l] = fp16_value(hd[sb]);
-          DM[l] = fp16_value(hm[sb]);
+          D[l] = dv;
+          DM[l] = mv;
         }
       }
       int sc[kLanes], mn[kLanes];
@@ -763,7 +765,8 @@ struct FastQuant {
       half_bits hd[2];
       for (int sb = 0; sb < 2; ++sb) {
         hd[sb] = fp16_scale_for(signed_max(scale + sb * kSbLanes, kSbLanes), -32);
-        for (int l = sb * kSbLanes; l < (sb + 1) * kSbLanes; ++l) D[l] = fp16_value(hd[sb]);
+        const float dv = fp16_value(hd[sb]);
+        for (int l = sb * kSbLanes; l < (sb + 1) * kSbLanes; ++l) D[l] = dv;
       }
       int sc[kLanes];
       F C[G];
