@@ -19,6 +19,8 @@
 #include "les/gguf/gguf.h"
 #include "les/quant/finite.h"
 #include "les/quant/kernels.h"
+#include "les/quant/quant_common.h"
+#include "les/quant/quantize_fast.h"
 #include "les/quant/types.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
@@ -170,6 +172,41 @@ TEST(QuantFast, TablesHaveEveryWeightType) {
       if (ti && ti->weight_type) {
         EXPECT_NE(kt->quantize_fast[id], nullptr) << isa_name(isa) << " " << ti->name;
       }
+    }
+  }
+}
+
+// The IQ4 code search (32 buckets of width 8 plus one comparison) is the nearest value of the
+// codebook, the lower one on a tie, for every float: midpoints and their float neighbours, bucket
+// boundaries and theirs, random values of every magnitude, infinities and NaN.
+TEST(QuantFast, Iq4CodeSearchIsNearestValue) {
+  std::vector<float> v;
+  for (float m : kIq4Midpoints) {
+    for (float c : {m, std::nextafter(m, -1e9f), std::nextafter(m, 1e9f)}) v.push_back(c);
+  }
+  for (int b = -20; b <= 20; ++b) {
+    const float e = 8.0f * static_cast<float>(b);
+    for (float c : {e, std::nextafter(e, -1e9f), std::nextafter(e, 1e9f)}) v.push_back(c);
+  }
+  Gen g(3);
+  for (int i = 0; i < 100000; ++i) v.push_back(g.gaussian() * (i % 3 == 0 ? 3.0f : i % 3 == 1 ? 60.0f : 1e5f));
+  for (int i = 0; i < 20000; ++i) {
+    uint32_t u = static_cast<uint32_t>(g.next());
+    float f;
+    std::memcpy(&f, &u, 4);
+    v.push_back(f);
+  }
+  for (float c : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 127.0f, -128.0f,
+                  128.0f, -129.0f}) {
+    v.push_back(c);
+  }
+  while (v.size() % 16) v.push_back(0.0f);
+  for (size_t i = 0; i < v.size(); i += 16) {
+    float codes[16];
+    fastq::iq4_codes_portable(v.data() + i, codes);
+    for (int j = 0; j < 16; ++j) {
+      ASSERT_EQ(static_cast<int>(codes[j]), nearest_iq4(v[i + j])) << std::hexfloat << v[i + j];
     }
   }
 }

@@ -135,6 +135,12 @@ struct LanesPortable {
     for (int i = 0; i < 16; ++i) r.v[i] = table[static_cast<int>(idx.v[i]) & 15];
     return r;
   }
+  // table[floor(idx)] for idx in [0, 32).
+  static F lookup32(const float* table, const F& idx) {
+    F r;
+    for (int i = 0; i < 16; ++i) r.v[i] = table[static_cast<int>(idx.v[i]) & 31];
+    return r;
+  }
   // out[i].v[j] = src[j * stride + i] for i, j < 16.
   static void load_transposed(const float* src, int stride, F* out) {
     for (int j = 0; j < 16; ++j) {
@@ -155,6 +161,10 @@ struct LanesPortable {
 #include "les/quant/quantize_fast_impl.h"
 
 namespace les {
+
+void fastq::iq4_codes_portable(const float* v, float* codes) {
+  LanesPortable::store(codes, fastq::FastQuant<LanesPortable>::nearest_code(LanesPortable::load(v)));
+}
 
 void fill_fast_quantizers_scalar(KernelTable& t) {
   for (int id = 0; id < 32; ++id) {

@@ -26,5 +26,9 @@ half_bits fp16_scale_for(float v, int k);  // fit_scale(v, k)
 half_bits fp16_saturating(float v);        // f2h_sat(v)
 float fp16_value(half_bits h);
 
+// For tests: the IQ4 codes (0..15, as floats) the fast algorithm assigns to v[0..15] (portable
+// lanes); must equal quant_common.h's nearest_iq4 for every float, NaN and infinities included.
+void iq4_codes_portable(const float* v, float* codes);
+
 }  // namespace fastq
 }  // namespace les

@@ -66,6 +66,19 @@ struct LanesAvx2 {
     };
     return {one(idx.a), one(idx.b)};
   }
+  static F lookup32(const float* table, F idx) {
+    const __m256 t0 = _mm256_loadu_ps(table), t1 = _mm256_loadu_ps(table + 8);
+    const __m256 t2 = _mm256_loadu_ps(table + 16), t3 = _mm256_loadu_ps(table + 24);
+    auto one = [&](__m256 v) {
+      const __m256i i = _mm256_cvttps_epi32(v);
+      const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));  // sign bit = bit 3 of i
+      const __m256 bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(i, 27));  // sign bit = bit 4 of i
+      const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, i), _mm256_permutevar8x32_ps(t1, i), bit3);
+      const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t2, i), _mm256_permutevar8x32_ps(t3, i), bit3);
+      return _mm256_blendv_ps(lo, hi, bit4);
+    };
+    return {one(idx.a), one(idx.b)};
+  }
 
   // 8 x 8 transpose: out[i] = column i of the rows r[0..7].
   static void transpose8(const __m256* r, __m256* out) {

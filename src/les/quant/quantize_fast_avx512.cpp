@@ -46,6 +46,9 @@ struct LanesAvx512 {
   static F lookup16(const float* table, F idx) {
     return _mm512_permutexvar_ps(_mm512_cvttps_epi32(idx), _mm512_loadu_ps(table));
   }
+  static F lookup32(const float* table, F idx) {
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(table), _mm512_cvttps_epi32(idx), _mm512_loadu_ps(table + 16));
+  }
 
   // 16 x 16 transpose of registers r (row j = r[j]) into out (out[i] = column i).
   static void transpose(const F* r, F* out) {

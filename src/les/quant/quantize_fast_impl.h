@@ -294,26 +294,37 @@ struct FastQuant {
     return V::select(spread, zero(), bd);
   }
 
-  // Nearest IQ4 code of v (as a float 0..15): a binary search over the midpoints.
-  static F nearest_code(F v) {
-    static constexpr float kInf = __builtin_inff();
-    static constexpr float kStep[4][16] = {
-        // midpoint c + 7, c + 3, c + 1, c for the steps 8, 4, 2, 1 (c = the code so far)
-        {-4.5f, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf},
-        {-57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f, kInf, kInf, kInf,
-         kInf},
-        {-93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f,
-         kInf, kInf},
-        {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f,
-         101.0f, kInf},
-    };
-    F c = zero();
-    const float steps[4] = {8.0f, 4.0f, 2.0f, 1.0f};
-    for (int k = 0; k < 4; ++k) {
-      const M up = V::gt(v, V::lookup16(kStep[k], c));
-      c = V::select(up, c, V::add(c, V::set1(steps[k])));
+  // Nearest IQ4 code of v (as a float 0..15): the number of codebook midpoints below v (the
+  // lower code on a tie, 0 for a NaN), as quant_common.h's nearest_iq4. v, clamped to
+  // [-128, 127], falls in one of 32 buckets of width 8; no bucket holds two midpoints (they are
+  // at least 11.5 apart), so the code is the count below the bucket plus whether v is above the
+  // bucket's midpoint. The bucket index (v / 8 + 16, one rounding) can land on the next bucket up
+  // only when v is within an ulp below a bucket boundary, where no midpoint lies but -16, which
+  // is a boundary itself: the count is the same either way.
+  struct Iq4Buckets {
+    float base[32];  // midpoints below the bucket
+    float mid[32];   // the bucket's midpoint, or +inf
+  };
+  static constexpr Iq4Buckets make_iq4_buckets() {
+    Iq4Buckets t{};
+    for (int b = 0; b < 32; ++b) {
+      const float lo = -128.0f + 8.0f * static_cast<float>(b);
+      t.base[b] = 0;
+      t.mid[b] = __builtin_inff();
+      for (float m : kIq4Midpoints) {
+        if (m < lo) t.base[b] += 1;
+        if (m >= lo && m < lo + 8.0f) t.mid[b] = m;
+      }
     }
-    return c;
+    return t;
+  }
+  static F nearest_code(F v) {
+    static constexpr Iq4Buckets kBuckets = make_iq4_buckets();
+    const F vc = V::min(V::max(v, V::set1(-128.0f)), V::set1(127.0f));  // a NaN becomes -128
+    const F bucket = V::fma(vc, V::set1(0.125f), V::set1(16.0f));       // in [0, 31.875]
+    const F base = V::lookup32(kBuckets.base, bucket);
+    const M up = V::gt(v, V::lookup32(kBuckets.mid, bucket));
+    return V::select(up, base, V::add(base, V::set1(1.0f)));
   }
   static F code_value(F c) {
     static constexpr float kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
