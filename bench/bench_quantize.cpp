@@ -4,7 +4,7 @@
 // quantized, as `les quantize` converts a model (--from q4_K: the 30B source file's type).
 //
 //   bench_quantize [--rows R] [--cols C] [--ref-rows R] [--threads 1,2] [--reps N]
-//                  [--importance] [--from TYPE] [--type T]...
+//                  [--importance] [--from TYPE] [--isa scalar|avx2|avx512] [--type T]...
 //
 // Rows: Gaussian with 1% outliers 8x larger (--cols default 2048, the width of Qwen3-30B-A3B's
 // expert rows). Reports million weights per second (wall clock, best of the repeats) and per
@@ -124,6 +124,14 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::max(1, std::atoi(next()));
     else if (a == "--threads") thread_counts = parse_list(next());
     else if (a == "--importance") with_importance = true;
+    else if (a == "--isa") {
+      const std::string name = next();
+      const Isa isa = name == "scalar" ? Isa::scalar : name == "avx2" ? Isa::avx2 : Isa::avx512;
+      if ((name != "scalar" && name != "avx2" && name != "avx512") || !set_active_isa(isa)) {
+        std::fprintf(stderr, "--isa %s: unknown or not supported by this CPU\n", name.c_str());
+        return 2;
+      }
+    }
     else if (a == "--from") {
       from = type_arg();
       have_from = true;
@@ -132,7 +140,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--rows R] [--cols C] [--ref-rows R] [--threads 1,2] [--reps N] [--importance] "
-                   "[--from TYPE] [--type T]...\n",
+                   "[--from TYPE] [--isa ISA] [--type T]...\n",
                    argv[0]);
       return 2;
     }
