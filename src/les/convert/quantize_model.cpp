@@ -255,6 +255,10 @@ void convert_rows(const uint8_t* src, Type src_type, Type dst, const std::vector
           cached_matrix = m;
         }
       }
+      if (r + 1 < r1) {  // bring the next row's source into the cache while this one is converted
+        const uint8_t* next = src + static_cast<size_t>(r + 1) * in_row;
+        for (size_t o = 0; o < in_row; o += 64) __builtin_prefetch(next + o);
+      }
       dequantize_row(src_type, src + static_cast<size_t>(r) * in_row, tmp.data(), row_len);
       quantize_weights(method, dst, tmp.data(), static_cast<uint8_t*>(out) + static_cast<size_t>(r) * out_row, row_len,
                        imp);
