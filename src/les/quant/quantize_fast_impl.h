@@ -3,24 +3,27 @@
 // quantize_fast_avx2.cpp (two ymm registers), quantize_fast_avx512.cpp (one zmm register).
 // Include only from those files, after defining V in an anonymous namespace: the instantiations
 // then have internal linkage, so no copy compiled with AVX flags is shared with other code.
+// docs/fast_quantizer.md describes the design and its measurements.
 //
 // Algorithm (the reference's family, quant_ref.cpp, organised for SIMD):
-// - A batch is 16 groups that share scales (16 or 32 elements: a K-quant sub-block, a Q4_0 /
-//   Q5_0 / Q8_0 / IQ4_NL block), one group per lane: the batch is transposed so that vector i
-//   holds element i of every group, and every sum over a group's elements is a lane-wise
-//   accumulation in element order. Nothing is ever summed across lanes by a vector instruction,
-//   so each ISA evaluates exactly the same float operations in the same order: the results are
-//   bit-identical across ISAs (tests/test_quant_fast.cpp checks it). The only cross-lane sums
-//   (a super-block's mean square) are loops over stored lanes in lane order.
+// - A batch is 16 groups of 16 or 32 elements, each with its own scale (a K-quant or IQ4_XS
+//   sub-block, a Q4_0 / Q5_0 / Q8_0 / IQ4_NL block), one group per lane: the batch is transposed
+//   so that vector i holds element i of every group, and every sum over a group's elements is a
+//   lane-wise accumulation in element order. Nothing is ever summed across lanes by a vector
+//   instruction, so each ISA evaluates exactly the same float operations in the same order: the
+//   results are bit-identical across ISAs (tests/test_quant_fast.cpp checks it). The only
+//   cross-lane sums (the mean square of a super-block or row, for importance weights) are loops
+//   over stored lanes in a fixed order.
 // - Fitting weights as the reference's group_weights (rms + |x| without importance;
 //   importance * sqrt(sigma2 + x^2) with it), then, per lane, x and the weights are scaled by
 //   powers of two (exact) so that the largest |x| and the largest weight lie in [1, 4): the float
 //   sums of a trial cannot overflow or underflow whatever the magnitude of the data.
 // - Scale search as the reference: candidate inverse scales that put the group's largest value at
-//   either end of the level range (offset in steps of 0.1 level), levels rounded to nearest, the
-//   weighted least-squares scale (and min) of those levels, the best kept by its error reduction
-//   and polished by re-rounding against the fitted scale. Sums are float, compared by cross-
-//   multiplication (no division per trial for the symmetric types).
+//   either end of the level range (offset in steps of 0.1 level; fewer offsets than the
+//   reference, see kSchedules), levels rounded to nearest, the weighted least-squares scale (and
+//   min) of those levels, the best kept by its error reduction and polished by re-rounding
+//   against the fitted scale. Sums are float, compared by cross-multiplication (no division per
+//   trial for the symmetric types).
 // - The fp16 super-scales and the integer sub-block scales (and mins) as the reference: fit_scale
 //   on the largest group scale, then each group's integer scale chosen among the neighbours of its
 //   fitted value by the weighted error of the final levels. Levels are x times the reciprocal of
