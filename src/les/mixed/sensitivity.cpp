@@ -17,7 +17,7 @@
 namespace les::mixed {
 
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool) {
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method) {
   const int64_t row_len = t.ne[0];
   const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
   const int64_t rows_per_matrix = t.ne.size() > 1 ? t.ne[1] : 1;
@@ -33,7 +33,7 @@ double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int
       const int64_t r = n == n_rows ? i : (i * n_rows + n_rows / 2) / n;
       dequantize_row(t.src_type, src + static_cast<size_t>(r) * in_row, x.data(), row_len);
       const float* imp = importance ? importance(t.name, static_cast<int>(r / rows_per_matrix), scratch) : nullptr;
-      quantize_row_ref(dst, x.data(), q.data(), row_len, imp);
+      quantize_weights(method, dst, x.data(), q.data(), row_len, imp);
       dequantize_row(dst, q.data(), y.data(), row_len);
       double e = 0, s = 0;
       for (int64_t j = 0; j < row_len; ++j) {
@@ -182,7 +182,7 @@ namespace {
 // source values; unused experts are zero (never read). *scale: all used rows / converted rows.
 std::vector<uint8_t> probe_subset(const uint8_t* src, const GroupTensor& t, Type cand, Type held,
                                   const std::map<int, int64_t>* used, int k, const ImportanceFn& importance,
-                                  ThreadPool& pool, double* scale) {
+                                  ThreadPool& pool, QuantMethod method, double* scale) {
   const int64_t row_len = t.ne[0], per = t.ne[1];
   const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
   const size_t rb_held = row_bytes(held, row_len), rb_src = row_bytes(t.src_type, row_len);
@@ -205,7 +205,7 @@ std::vector<uint8_t> probe_subset(const uint8_t* src, const GroupTensor& t, Type
     std::vector<uint8_t> q(convert ? rb_cand * static_cast<size_t>(per) : 0);
     if (convert) {
       convert_rows(src + static_cast<size_t>(r0) * rb_src, t.src_type, cand, t.ne, r0, per, q.data(), t.name,
-                   importance, pool);
+                   importance, pool, method);
     }
     pool.parallel_for(per, 16, [&](int, int64_t a, int64_t b) {
       std::vector<float> x(static_cast<size_t>(row_len));
@@ -249,7 +249,8 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
         LES_ASSERT(ti != nullptr);
         const double share = static_cast<double>(t.n_elements);
-        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool);
+        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool,
+                                       opt.method);
         w += share;
       }
       c.rel_error = w > 0 ? e / w : 0;
@@ -302,7 +303,8 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         const std::map<int, int64_t>* used = gs.group.routed_experts ? calib.used_experts(t.name) : nullptr;
         if (subset) {
           const Type held = t.src_type == Type::F32 ? Type::F32 : Type::F16;
-          std::vector<uint8_t> q = probe_subset(src, t, c.type, held, used, opt.probe_experts, importance, pool, &scale);
+          std::vector<uint8_t> q =
+              probe_subset(src, t, c.type, held, used, opt.probe_experts, importance, pool, opt.method, &scale);
           model.replace_tensor(t.name, held, std::move(q));
           continue;
         }
@@ -315,11 +317,11 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
             for (const auto& [e, rows] : *used) {
               const int64_t r0 = static_cast<int64_t>(e) * per;
               convert_rows(src + static_cast<size_t>(r0) * rb_in, t.src_type, c.type, t.ne, r0, per,
-                           q.data() + static_cast<size_t>(r0) * rb_out, t.name, importance, pool);
+                           q.data() + static_cast<size_t>(r0) * rb_out, t.name, importance, pool, opt.method);
             }
           }
         } else {
-          convert_rows(src, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name, importance, pool);
+          convert_rows(src, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name, importance, pool, opt.method);
         }
         model.replace_tensor(t.name, c.type, std::move(q));
       }

@@ -32,6 +32,7 @@ struct SensitivityOptions {
   // (those with the most routed rows; the others keep their data) and scale the measured dKLD by
   // all routed rows / the converted experts' rows. 0: every used expert.
   int probe_experts = 0;
+  QuantMethod method = QuantMethod::fast;  // quantizer of the candidate conversions
 };
 
 struct CandidateResult {
@@ -66,7 +67,7 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
 // Importance-weighted relative squared error of converting rows of a tensor to `t` (sampled rows).
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool);
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method = QuantMethod::fast);
 
 }  // namespace les::mixed
 

@@ -10,6 +10,7 @@
 
 #include "les/quant/kernels.h"
 #include "les/quant/kernels_internal.h"
+#include "les/quant/quantize_fast.h"
 #include "les/util/error.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -86,15 +87,19 @@ Tables build_tables() {
   Tables s{};
   s.table[0].isa = Isa::scalar;
   fill_kernel_table_scalar(s.table[0]);
+  fill_fast_quantizers_scalar(s.table[0]);
   s.present[0] = true;
 #if LES_DISPATCH_X86
   s.table[1] = s.table[0];
   s.table[1].isa = Isa::avx2;
   fill_kernel_table_avx2(s.table[1]);
+  fill_dequantizers_avx2(s.table[1]);
+  fill_fast_quantizers_avx2(s.table[1]);
   s.present[1] = true;
   s.table[2] = s.table[1];
   s.table[2].isa = Isa::avx512;
   fill_kernel_table_avx512(s.table[2]);
+  fill_fast_quantizers_avx512(s.table[2]);
   s.present[2] = true;
 #endif
   return s;
@@ -193,16 +198,33 @@ bool set_active_isa(Isa isa) {
   return true;
 }
 
+namespace {
+
+// Throws unless every importance[i] is finite and >= 0.
+void check_importance(const char* what, const float* importance, int64_t n) {
+  for (int64_t i = 0; importance && i < n; ++i) {
+    if (!(importance[i] >= 0) || !std::isfinite(importance[i])) {
+      throw Error(strfmt("%s: importance[%lld] = %g (must be finite and >= 0)", what,
+                         static_cast<long long>(i), static_cast<double>(importance[i])));
+    }
+  }
+}
+
+}  // namespace
+
 void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance) {
   check_row("quantize_row_ref", t, n);
   const RefQuantizeFn fn = ref_weight_quantizer(t);
   if (!fn) throw Error(strfmt("quantize_row_ref: cannot quantize to %s", type_label(t).c_str()));
-  for (int64_t i = 0; importance && i < n; ++i) {
-    if (!(importance[i] >= 0) || !std::isfinite(importance[i])) {
-      throw Error(strfmt("quantize_row_ref: importance[%lld] = %g (must be finite and >= 0)",
-                         static_cast<long long>(i), static_cast<double>(importance[i])));
-    }
-  }
+  check_importance("quantize_row_ref", importance, n);
+  fn(x, y, n, importance);
+}
+
+void quantize_row_fast(Type t, const float* x, void* y, int64_t n, const float* importance) {
+  const int id = check_row("quantize_row_fast", t, n);
+  const WeightQuantizeFn fn = id < 32 ? kernels().quantize_fast[id] : nullptr;
+  if (!fn) throw Error(strfmt("quantize_row_fast: cannot quantize to %s", type_label(t).c_str()));
+  check_importance("quantize_row_fast", importance, n);
   fn(x, y, n, importance);
 }
 
