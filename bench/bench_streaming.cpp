@@ -8,7 +8,8 @@
 //                   [--configs resident,ondemand,lookahead,lookahead/inflight=8M/extra=1]
 //
 // A configuration is a schedule name optionally followed by /key=value overrides of the shared
-// options: io (uring|pread|naive), file (packed: the --packed file, same budget), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
+// options: io (uring|pread|naive), file (packed: the --packed file, same budget; alt: the --alt file,
+// another model of the same shape, e.g. quantized otherwise: its logits are not compared), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
 // qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
 // the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off),
 // ahead2busy (the two-ahead prefetch's disk-busy limit), tf (throttle on with this factor), oracle (1..n_layer-1: replay a recorded routing as a perfect
@@ -60,6 +61,7 @@ struct Args {
   std::string json;
   std::string prompt_file;  // real text: the prompt is its first n_prompt tokens
   std::string packed;       // the same model packed by les pack (configurations with /file=packed)
+  std::string alt;          // another model of the same shape (configurations with /file=alt)
   bool layers = false;      // print each configuration's per-layer table (its last repeat)
   std::vector<std::string> configs{"resident", "ondemand", "lookahead"};
 };
@@ -100,13 +102,14 @@ Args parse(int argc, char** argv) {
       for (std::string c; std::getline(ss, c, ',');) if (!c.empty()) a.configs.push_back(c);
     }
     else if (k == "--packed") a.packed = val();
+    else if (k == "--alt") a.alt = val();
     else if (k == "--json") a.json = val();
     else if (k == "--layers") a.layers = true;
     else if (k == "--prompt-file") a.prompt_file = val();
     else if (k == "-h" || k == "--help") {
       std::printf("usage: bench_streaming -m MODEL --mem SIZE [-n 32] [-p 16] [-t 2] [--reps 3] [--io uring|pread|naive]\n"
                   "       [--policy lru] [--predict-extra 0] [--prefetch-budget 1.5] [--queue-depth 8] [--prefetch-inflight SIZE]\n"
-                  "       [--json FILE] [--prompt-file TEXT] [--packed PACKED.gguf] [--configs resident,ondemand,lookahead[/key=value...]]\n"
+                  "       [--json FILE] [--prompt-file TEXT] [--packed PACKED.gguf] [--alt OTHER.gguf] [--configs resident,ondemand,lookahead[/key=value...]]\n"
                   "       [--layers]  (per-layer statistics of each configuration's last repeat)\n");
       std::exit(0);
     } else throw Error("unknown option " + k);
@@ -232,6 +235,14 @@ int main(int argc, char** argv) {
     // Configurations: name[/key=value...].
     std::unique_ptr<Model> packed;
     if (!a.packed.empty()) packed = Model::load(a.packed, LoadOptions{.map_experts = false});
+    std::unique_ptr<Model> alt;
+    if (!a.alt.empty()) {
+      alt = Model::load(a.alt, LoadOptions{.map_experts = false});
+      const ModelConfig& ac = alt->config();
+      if (ac.n_layer != c.n_layer || ac.n_expert != c.n_expert || ac.n_embd != c.n_embd || ac.n_vocab != c.n_vocab) {
+        throw Error("--alt " + a.alt + " is not of the same shape as " + a.model);
+      }
+    }
     struct Config {
       std::string label;
       bool resident = false;
@@ -269,6 +280,10 @@ int main(int argc, char** argv) {
         else if (k == "file" && v == "packed") {
           if (!packed) throw Error("configuration " + spec + " needs --packed FILE");
           cf.model = packed.get();
+        }
+        else if (k == "file" && v == "alt") {
+          if (!alt) throw Error("configuration " + spec + " needs --alt FILE");
+          cf.model = alt.get();
         }
         else if (k == "refine") o.refine = v == "on";
         else if (k == "cancel") o.refine_cancel = v == "on";
@@ -374,7 +389,7 @@ int main(int argc, char** argv) {
     bool same = true;
     for (size_t i = 0; i < configs.size(); ++i) {
       line(configs[i].label, med[i]);
-      same = same && med[i].hash == od.hash;
+      if (configs[i].model != alt.get() || !alt) same = same && med[i].hash == od.hash;
     }
     std::printf("\nI/O per configuration (decode phase):\n");
     for (size_t i = 0; i < configs.size(); ++i) {
@@ -383,14 +398,17 @@ int main(int argc, char** argv) {
       const double tok = static_cast<double>(r.tokens);
       std::printf("%-34s %s %-5s %-8s read calls/token %7.1f  MB/token %7.2f  MB/s while busy %6.0f  busy %4.1f%% of decode"
                   "  decoding thread CPU %.1f ms/token, preempted %.1f/token\n",
-                  configs[i].label.c_str(), configs[i].model->packed() ? "packed  " : "original",
+                  configs[i].label.c_str(),
+                  configs[i].model == alt.get() && alt ? (alt->packed() ? "alt,pack" : "alt     ")
+                  : configs[i].model->packed() ? "packed  " : "original",
                   storage::io_mode_name(configs[i].opt.io_mode), schedule_name(configs[i].opt.schedule),
                   static_cast<double>(r.io_reads) / tok, static_cast<double>(r.io_bytes) / 1e6 / tok,
                   r.io_busy_s > 0 ? static_cast<double>(r.io_bytes) / 1e6 / r.io_busy_s : 0.0,
                   r.decode_s > 0 ? 100.0 * r.io_busy_s / r.decode_s : 0.0, 1e3 * r.main_cpu_s / tok,
                   static_cast<double>(r.preempted) / tok);
     }
-    std::printf("\nlogits identical across all configurations: %s\n", same ? "yes" : "NO");
+    std::printf("\nlogits identical across all configurations%s: %s\n", alt ? " of the main model (--alt: another model)" : "",
+                same ? "yes" : "NO");
     if (!a.json.empty()) {
       FILE* f = std::fopen(a.json.c_str(), "w");
       if (f) {

@@ -5,14 +5,16 @@
 #         also holds the libFuzzer targets (fuzz/, coverage-instrumented; scripts/fuzz.sh runs them)
 #   tsan: ThreadSanitizer in build-tsan
 # Excluded under sanitizers: the live llama.cpp comparisons (VsLlamaCpp*: they run node-llama-cpp,
-# which is not instrumented and dominates their time; the Release run keeps them). Benchmarks and
+# which is not instrumented and dominates their time) and the whole-validation-text quality runs
+# on the trained model (QualityTrained*: 65k tokens of forward passes, minutes in Release, far too
+# long instrumented); the Release run keeps them. Benchmarks and
 # the CLI are not built. Any sanitizer report fails the test that triggered it.
 #   scripts/test-sanitizers.sh [asan|tsan|all] (default all); LES_SAN_JOBS parallel jobs (nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 JOBS=${LES_SAN_JOBS:-$(nproc)}
-EXCLUDE='VsLlamaCpp'
+EXCLUDE='VsLlamaCpp|QualityTrained'
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -8,7 +8,10 @@
 #include "les/convert/quantize_model.h"
 #include "les/mixed/allocate.h"
 #include "les/mixed/mixed_plan.h"
+#include "les/mixed/sensitivity.h"
+#include "les/mixed/stream_cost.h"
 #include "les/mixed/tensor_groups.h"
+#include "les/quality/token_compare.h"
 #include "les/model/context.h"
 #include "les/synth/synth.h"
 #include "les/util/hash.h"
@@ -330,6 +333,201 @@ TEST(ContextFromLayer, EvalFromAnyLayerWithItsInputEqualsTheFullEvalBitForBit) {
   EXPECT_NE(error_of([&] { ctx.eval_from_layer(toks, 1, in[1].data()); }).find("not empty"), std::string::npos);
   ctx.rollback(0);
   EXPECT_NE(error_of([&] { ctx.eval_from_layer(toks, L + 1, in[1].data()); }).find("outside"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+TEST(MixedSensitivityFile, RoundTripGivesTheSameRecipeAndAnotherModelIsRefused) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  const gguf::File f = gguf::read_file(in);
+  mixed::MixedOptions mo;
+  mo.calib_tokens = calib_tokens(64, 300, 9);
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 1;
+  mo.target_bytes = f.file_size * 40 / 100;
+  mo.sensitivity.candidates = {Type::Q2_K, Type::Q4_K, Type::Q8_0};
+  mixed::SensitivityReport rep;
+  mo.report_out = &rep;
+  const mixed::MixedRecipe r1 = mixed::plan_mixed(in, mo);
+  ASSERT_GT(rep.n_measurements, 0);
+  const std::string js = mixed::sensitivity_to_json(rep, f, "test");
+  const mixed::SensitivityReport back = mixed::sensitivity_from_json(js, f, "s.json");
+  mixed::MixedOptions mo2 = mo;
+  mo2.measured = &back;
+  mo2.report_out = nullptr;
+  mo2.calib_tokens.clear();  // not needed when the sensitivity is given
+  const mixed::MixedRecipe r2 = mixed::plan_mixed(in, mo2);
+  ASSERT_EQ(r1.entries.size(), r2.entries.size());
+  for (size_t i = 0; i < r1.entries.size(); ++i) {
+    EXPECT_EQ(r1.entries[i].type, r2.entries[i].type) << r1.entries[i].group;
+    EXPECT_EQ(r1.entries[i].dkld, r2.entries[i].dkld) << r1.entries[i].group;
+  }
+  // Another model (other types) is refused, naming the file.
+  const std::string other = small_synth_model(d, "other.gguf", "q8_0");
+  const std::string e = error_of([&] { mixed::sensitivity_from_json(js, gguf::read_file(other), "s.json"); });
+  EXPECT_NE(e.find("s.json was measured on another model"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { mixed::sensitivity_from_json("{\"version\":1}", f, "s.json"); }).find("malformed"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+// A measured dKLD equals the mean KL divergence of the whole model with that group alone converted
+// (all experts, a full forward pass), although the measurement converts only the experts the
+// windows use and starts at the group's layer.
+TEST(MixedSensitivity, MeasurementEqualsAFullConversionAndForwardPass) {
+  ScopedDir d;
+  const std::string in = k_quant_synth(d, "in.gguf");
+  auto model = Model::load(in);
+  const gguf::File& f = model->gguf();
+  std::vector<mixed::TensorGroup> groups;
+  for (const auto& g : mixed::tensor_groups(f)) {
+    if (g.id() == "blk.1.ffn_down" || g.id() == "blk.1.attn_v") groups.push_back(g);
+  }
+  ASSERT_EQ(groups.size(), 2u);
+  mixed::SensitivityOptions so;
+  so.n_ctx = 32;
+  so.n_windows = 2;
+  so.candidates = {Type::Q3_K};
+  so.prune_dominated = false;
+  const auto toks = calib_tokens(64, 300, 21);
+  const mixed::SensitivityReport rep = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  ASSERT_EQ(rep.groups.size(), 2u);
+  for (const auto& gs : rep.groups) {
+    ASSERT_EQ(gs.candidates.size(), 2u);  // q3_K and keep
+    const auto& c = gs.candidates[0];
+    ASSERT_TRUE(c.measured);
+    EXPECT_GT(c.dkld, 0.0);
+    // By hand: base logits, then every tensor of the group converted whole, a full pass.
+    auto base = Model::load(in);
+    auto test = Model::load(in);
+    const MappedFile map = MappedFile::open(in);
+    ThreadPool pool(1);
+    for (const auto& t : gs.group.tensors) {
+      const gguf::TensorInfo* ti = f.find_tensor(t.name);
+      const int64_t rows = ti->n_elements() / ti->ne[0];
+      std::vector<uint8_t> q(row_bytes(Type::Q3_K, ti->ne[0]) * static_cast<size_t>(rows));
+      convert_rows(map.data() + f.data_offset + ti->offset, ti->type, Type::Q3_K, ti->ne, 0, rows, q.data(), t.name, {},
+                   pool);
+      test->replace_tensor(t.name, Type::Q3_K, std::move(q));
+    }
+    double sum = 0;
+    int n = 0;
+    for (int w = 0; w < 2; ++w) {
+      ContextParams cp;
+      cp.n_ctx = 32;
+      cp.n_batch = 32;
+      Context cb(*base, cp), ct(*test, cp);
+      const std::span<const int32_t> win(toks.data() + 32 * w, 32);
+      cb.eval(win, true);
+      ct.eval(win, true);
+      for (int j = 0; j + 1 < 32; ++j, ++n) {
+        sum += quality::compare_logits(cb.logits(j), ct.logits(j), 300, win[static_cast<size_t>(j) + 1]).kld;
+      }
+    }
+    EXPECT_EQ(c.dkld, sum / n) << gs.group.id();
+  }
+  // Probe mode measures one type per group and scales the rest by weighted error.
+  so.candidates = {Type::Q2_K, Type::Q4_K};
+  so.probe_only = true;
+  const mixed::SensitivityReport pr = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  EXPECT_EQ(pr.n_measurements, 2);
+  for (const auto& gs : pr.groups) {
+    ASSERT_EQ(gs.candidates.size(), 3u);
+    EXPECT_TRUE(gs.candidates[0].measured);
+    EXPECT_FALSE(gs.candidates[1].measured);
+    EXPECT_NEAR(gs.candidates[1].dkld / gs.candidates[0].dkld,
+                gs.candidates[1].rel_error / gs.candidates[0].rel_error, 1e-12);
+  }
+  // Probing a subset of the used experts: with all of them it is the full probe (but for the F16
+  // rounding of the converted values); with one, the estimate is of the same size.
+  so.candidates = {Type::Q2_K};
+  so.probe_experts = 1000;
+  const mixed::SensitivityReport all = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  so.probe_experts = 1;
+  const mixed::SensitivityReport one = mixed::measure_sensitivity(*model, toks, groups, {}, so);
+  const double full = pr.groups[0].group.routed_experts ? pr.groups[0].candidates[0].dkld : pr.groups[1].candidates[0].dkld;
+  const size_t ie = pr.groups[0].group.routed_experts ? 0 : 1;
+  EXPECT_NEAR(all.groups[ie].candidates[0].dkld, full, 0.02 * full);
+  EXPECT_GT(one.groups[ie].candidates[0].dkld, 0.2 * full);
+  EXPECT_LT(one.groups[ie].candidates[0].dkld, 5.0 * full);
+  // Dense groups are not affected by probe_experts.
+  EXPECT_EQ(one.groups[1 - ie].candidates[0].dkld, pr.groups[1 - ie].candidates[0].dkld);
+}
+
+}  // namespace
+}  // namespace les::test
+
+namespace les::test {
+namespace {
+
+TEST(MixedStreamCost, MemBudgetPricesExpertBytesByMissRate) {
+  ScopedDir d;
+  synth::SynthSpec s = synth::shape_spec("tiny");
+  s.n_layer = 3;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_expert = 16;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_vocab = 300;
+  s.n_ctx = 64;
+  s.type = "f16";
+  const std::string in = d.file("in.gguf");
+  synth::write_synth_model(s, in);
+  const gguf::File f = gguf::read_file(in);
+  auto model = Model::load(in);
+  const auto groups = mixed::tensor_groups(f);
+  const auto toks = calib_tokens(128, 300, 4);
+  // A budget with room for ~1/3 of the experts at 4 bits per weight.
+  const double expert_bytes = 3.0 * 256 * 256 * 4.0 / 8.0;
+  const uint64_t small = (16ull << 20) + 5'000'000 + static_cast<uint64_t>(16 * expert_bytes);
+  const mixed::StreamPrices p = mixed::stream_prices(*model, groups, toks, 64, 2, 1, small, 4.0);
+  ASSERT_EQ(p.miss_rate.size(), 3u);
+  for (double m : p.miss_rate) {
+    EXPECT_GT(m, 0.0);
+    EXPECT_LE(m, 1.0);
+  }
+  EXPECT_GT(p.dense_price, 0.0) << "a dense byte takes cache and adds misses";
+  EXPECT_LT(p.cache_experts, 48u);
+  // Everything fits: only cold misses, and dense bytes cost nothing.
+  const mixed::StreamPrices big = mixed::stream_prices(*model, groups, toks, 64, 2, 1, 1ull << 30, 4.0);
+  EXPECT_EQ(big.cache_experts, 48u);
+  EXPECT_EQ(big.dense_price, 0.0);
+  for (size_t l = 0; l < 3; ++l) EXPECT_LE(big.miss_rate[l], p.miss_rate[l]);
+  // Too small for the dense tensors and a minimal cache.
+  EXPECT_NE(error_of([&] { mixed::stream_prices(*model, groups, toks, 64, 2, 1, 1 << 20, 4.0); }).find("cannot hold"),
+            std::string::npos);
+  // The allocation under --mem: a recipe priced by streaming cost, no more than the reference.
+  mixed::MixedOptions mo;
+  mo.calib_tokens = toks;
+  mo.sensitivity.n_ctx = 64;
+  mo.sensitivity.n_windows = 1;
+  mo.sensitivity.candidates = {Type::Q2_K, Type::Q4_K, Type::Q8_0};
+  mo.target_bytes = f.file_size * 35 / 100;
+  mo.mem_budget = small;
+  const mixed::MixedRecipe r = mixed::plan_mixed(in, mo);
+  EXPECT_EQ(r.cost_model, "stream");
+  EXPECT_LE(r.stream_bytes_per_token, r.stream_bytes_per_token_ref * (1 + 1e-9));
+  int priced = 0;
+  for (const auto& e : r.entries) {
+    if (e.kind == "ffn_gate_up" || e.kind == "ffn_down") {
+      EXPECT_GT(e.miss_rate, 0.0) << e.group;
+      ++priced;
+    }
+  }
+  EXPECT_EQ(priced, 6);
 }
 
 }  // namespace

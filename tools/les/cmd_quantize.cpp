@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,8 @@ int cmd_quantize(int argc, char** argv) {
          "      the calibration text) for the least predicted KL divergence within the target",
          {{{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"--force"}, false, "overwrite OUT if it exists"},
+          {{"--exact"}, false, "use the reference quantizer (about 40x slower; the default fast one's weighted error "
+                               "is within ~0.3% of it)"},
           {{"--imatrix"}, true, "importance matrix (llama.cpp's imatrix format, or les imatrix)", "FILE"},
           {{"--target-size"}, true, "mixed precision: output file size (e.g. 30M, 38108864)", "SIZE"},
           {{"--target-bpw"}, true, "mixed precision: bits per weight over all tensors", "B"},
@@ -60,6 +63,13 @@ int cmd_quantize(int argc, char** argv) {
           {{"--types"}, true, "candidate types, comma-separated (default: every type les runs)", "LIST"},
           {{"--mem"}, true, "mixed precision: price bytes by what they cost when streaming within this memory budget "
                             "(expert bytes per miss, dense bytes by the cache they take)", "BUDGET"},
+          {{"--save-sensitivity"}, true, "mixed precision: also write the measured sensitivity (JSON)", "FILE"},
+          {{"--sensitivity"}, true, "mixed precision: use a sensitivity saved by --save-sensitivity instead of measuring",
+           "FILE"},
+          {{"--probe"}, false, "mixed precision: measure one type per group and predict the others from their "
+                               "weighted errors (for models too large to measure every type)"},
+          {{"--probe-experts"}, true, "with --probe: convert at most N used experts per expert group and scale "
+                                      "the measured KL divergence by their share of the routed rows", "N"},
           {{"--dry-run"}, false, "mixed precision: print the recipe, write nothing"},
           {{"--recipe-json"}, true, "also write the recipe as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -76,6 +86,7 @@ int cmd_quantize(int argc, char** argv) {
     throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
   }
   const gguf::File in_file = gguf::read_file(in);
+  const QuantMethod method = a.has("--exact") ? QuantMethod::exact : QuantMethod::fast;
 
   ImportanceMatrix imatrix;
   ImportanceFn importance;
@@ -93,7 +104,9 @@ int cmd_quantize(int argc, char** argv) {
   QuantizePlan plan;
   if (mixed) {
     if (a.has("--target-size") && a.has("--target-bpw")) throw Error("give --target-size or --target-bpw, not both");
-    if (!a.has("--calib")) throw Error("mixed precision needs a calibration text (--calib TEXT)");
+    if (!a.has("--calib") && (!a.has("--sensitivity") || a.has("--mem"))) {
+      throw Error("mixed precision needs a calibration text (--calib TEXT)");
+    }
     mixed::MixedOptions mo;
     if (a.has("--target-size")) mo.target_bytes = parse_size(a.str("--target-size"), "--target-size");
     if (a.has("--target-bpw")) {
@@ -101,9 +114,18 @@ int cmd_quantize(int argc, char** argv) {
       if (!(mo.target_bpw > 0 && mo.target_bpw <= 32)) throw Error("--target-bpw must be in (0, 32]");
     }
     if (mo.target_bytes == 0 && mo.target_bpw == 0) throw Error("--target-size must be > 0");
-    const std::string text = read_text(a.str("--calib"));
-    Tokenizer tok(vocab_from_gguf(in_file));
-    mo.calib_tokens = tok.encode(text, true, false);
+    if (a.has("--calib")) {
+      const std::string text = read_text(a.str("--calib"));
+      Tokenizer tok(vocab_from_gguf(in_file));
+      mo.calib_tokens = tok.encode(text, true, false);
+    }
+    mixed::SensitivityReport loaded, measured;
+    if (a.has("--sensitivity")) {
+      const std::string sp = a.str("--sensitivity");
+      loaded = mixed::sensitivity_from_json(read_text(sp), in_file, sp);
+      mo.measured = &loaded;
+    }
+    mo.report_out = &measured;
     const std::string arch = in_file.get_string("general.architecture", "");
     const int n_ctx_train = static_cast<int>(in_file.get_int(arch + ".context_length", 512));
     mo.sensitivity.n_ctx = static_cast<int>(a.i64("--ctx-size", std::min(512, n_ctx_train)));
@@ -111,18 +133,34 @@ int cmd_quantize(int argc, char** argv) {
     mo.sensitivity.n_windows = static_cast<int>(a.i64("--calib-windows", 4));
     if (mo.sensitivity.n_windows < 1) throw Error("--calib-windows must be >= 1");
     mo.sensitivity.n_threads = n_threads;
+    mo.sensitivity.probe_only = a.has("--probe");
+    mo.sensitivity.probe_experts = static_cast<int>(a.i64("--probe-experts", 0));
+    if (mo.sensitivity.probe_experts < 0) throw Error("--probe-experts must be >= 0");
+    if (a.has("--probe-experts") && !a.has("--probe")) throw Error("--probe-experts needs --probe");
+    mo.sensitivity.method = method;
     if (a.has("--types")) mo.sensitivity.candidates = parse_type_list(a.str("--types"));
     if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
     mo.importance = importance;
     mo.imatrix_name = a.str("--imatrix");
-    if (static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
+    if (a.has("--calib") && static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
       throw Error(strfmt("calibration text %s has %zu tokens, fewer than one window of %d (--ctx-size)",
                          a.str("--calib").c_str(), mo.calib_tokens.size(), mo.sensitivity.n_ctx));
     }
     Progress bar("sensitivity", 1);
-    const mixed::MixedRecipe r = mixed::plan_mixed(in, mo, [&](int done, int total, const std::string&) {
+    // Where stderr is not a terminal (a log), a plain line every 30 s instead of the bar.
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    const mixed::MixedRecipe r = mixed::plan_mixed(in, mo, [&](int done, int total, const std::string& what) {
       bar.set_total(static_cast<uint64_t>(total));
       bar.update(static_cast<uint64_t>(done));
+      const auto now = std::chrono::steady_clock::now();
+      if (!tty && (now - last > std::chrono::seconds(30) || done == total)) {
+        last = now;
+        const double el = std::chrono::duration<double>(now - t0).count();
+        std::fprintf(stderr, "sensitivity: %d/%d measurements, %.0f s, ETA %.0f s (%s)\n", done, total, el,
+                     done > 0 ? el * (total - done) / done : 0.0, what.c_str());
+      }
     });
     bar.finish();
     std::fprintf(stderr, "sensitivity: %d measurements of %d calibration positions each in %.1f s\n", r.measurements,
@@ -132,18 +170,25 @@ int cmd_quantize(int argc, char** argv) {
       std::printf("streaming cost: %.2f MiB per token (a uniform file of the target size: %.2f MiB per token)\n",
                   r.stream_bytes_per_token / 1048576.0, r.stream_bytes_per_token_ref / 1048576.0);
     }
+    if (a.has("--save-sensitivity")) {
+      const std::string js = mixed::sensitivity_to_json(
+          measured, in_file, "calibration " + a.str("--calib") + ", imatrix " + (a.has("--imatrix") ? a.str("--imatrix") : "none"));
+      write_file_atomic(a.str("--save-sensitivity"), js.data(), js.size());
+    }
     if (a.has("--recipe-json")) {
       const std::string js = mixed::recipe_to_json(r);
       write_file_atomic(a.str("--recipe-json"), js.data(), js.size());
     }
     if (a.has("--dry-run")) return 0;
     plan = mixed::plan_from_recipe(r, in_file, n_threads);
+    plan.method = method;
   } else {
-    for (const char* f : {"--calib", "--calib-windows", "--mem", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--probe", "--probe-experts", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
       if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
     }
     plan = parse_quantize_plan(a.positional()[2]);
     plan.n_threads = n_threads;
+    plan.method = method;
   }
   Progress bar("quantize", 1);
   quantize_model(in, out, plan, [&](uint64_t done, uint64_t total) {

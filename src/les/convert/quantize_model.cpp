@@ -227,8 +227,17 @@ Type planned_type(const QuantizePlan& plan, const std::string& name, const std::
   return fitting_type(recipe_type(plan, name, ne[0], n_layer, plan.tied_embeddings), ne[0]);
 }
 
+void quantize_weights(QuantMethod method, Type t, const float* x, void* y, int64_t n, const float* importance) {
+  if (method == QuantMethod::exact) {
+    quantize_row_ref(t, x, y, n, importance);
+  } else {
+    quantize_row_fast(t, x, y, n, importance);
+  }
+}
+
 void convert_rows(const uint8_t* src, Type src_type, Type dst, const std::vector<int64_t>& ne, int64_t row0,
-                  int64_t n_rows, void* out, const std::string& name, const ImportanceFn& importance, ThreadPool& pool) {
+                  int64_t n_rows, void* out, const std::string& name, const ImportanceFn& importance, ThreadPool& pool,
+                  QuantMethod method) {
   const int64_t row_len = ne[0];
   const int64_t rows_per_matrix = ne.size() > 1 ? ne[1] : 1;
   const size_t in_row = row_bytes(src_type, row_len);
@@ -246,8 +255,13 @@ void convert_rows(const uint8_t* src, Type src_type, Type dst, const std::vector
           cached_matrix = m;
         }
       }
+      if (r + 1 < r1) {  // bring the next row's source into the cache while this one is converted
+        const uint8_t* next = src + static_cast<size_t>(r + 1) * in_row;
+        for (size_t o = 0; o < in_row; o += 64) __builtin_prefetch(next + o);
+      }
       dequantize_row(src_type, src + static_cast<size_t>(r) * in_row, tmp.data(), row_len);
-      quantize_row_ref(dst, tmp.data(), static_cast<uint8_t*>(out) + static_cast<size_t>(r) * out_row, row_len, imp);
+      quantize_weights(method, dst, tmp.data(), static_cast<uint8_t*>(out) + static_cast<size_t>(r) * out_row, row_len,
+                       imp);
     }
   });
 }
@@ -289,14 +303,21 @@ void quantize_model(const std::string& in_path, const std::string& out_path, con
     const Type src_type = t.type;
     const std::vector<int64_t> ne = t.ne;
     const std::string name = t.name;
+    const QuantMethod method = plan.method;
+    const MappedFile* source = &map;
     // Written in pieces of whole rows: never more than one piece of one tensor in memory.
     w.add_tensor(t.name, t.ne, dst,
                  gguf::Writer::ChunkFillFn([=](void* out, uint64_t offset, uint64_t n_bytes) {
                    LES_ASSERT(offset % out_row == 0 && n_bytes % out_row == 0);
                    const int64_t row0 = static_cast<int64_t>(offset / out_row);
                    const int64_t rows = static_cast<int64_t>(n_bytes / out_row);
+                   // Read the source of the next piece (of this tensor or the next one) while
+                   // this one is converted.
+                   const size_t piece_end = static_cast<size_t>(src - source->data()) +
+                                            static_cast<size_t>(row0 + rows) * in_row;
+                   source->prefetch(piece_end, static_cast<size_t>(rows) * in_row);
                    convert_rows(src + static_cast<size_t>(row0) * in_row, src_type, dst, ne, row0, rows, out, name,
-                                importance, *pool);
+                                importance, *pool, method);
                  }),
                  out_row);
   }

@@ -96,15 +96,16 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
     prices = stream_prices(*model, groups, opt.calib_tokens, opt.sensitivity.n_ctx, opt.sensitivity.n_windows,
                            opt.sensitivity.n_threads, opt.mem_budget, ref_bpw);
     r.cost_model = "stream";
-    r.stream_bytes_per_token_ref = prices.stream_bytes_per_token;
   }
   const int n_expert = model->config().n_expert, top_k = model->config().n_expert_used;
   auto cost_of = [&](const TensorGroup& g, uint64_t bytes) {
     return stream ? prices.cost(g, bytes, n_expert, top_k) : static_cast<double>(bytes);
   };
 
-  const SensitivityReport rep =
-      measure_sensitivity(*model, opt.calib_tokens, groups, opt.importance, opt.sensitivity, progress);
+  const SensitivityReport rep = opt.measured ? *opt.measured
+                                             : measure_sensitivity(*model, opt.calib_tokens, groups, opt.importance,
+                                                                   opt.sensitivity, progress);
+  if (opt.report_out) *opt.report_out = rep;
 
   std::vector<AllocItem> items;
   double budget = 0;
@@ -134,7 +135,10 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
   }
   r.predicted_kld = a.dkld;
   r.predicted_bytes += r.fixed_bytes;
-  if (stream) r.stream_bytes_per_token = a.cost;
+  if (stream) {
+    r.stream_bytes_per_token = a.cost;
+    r.stream_bytes_per_token_ref = budget;
+  }
   r.calib_tokens = rep.n_tokens;
   r.measurements = rep.n_measurements;
   r.seconds = rep.seconds;

@@ -25,6 +25,10 @@ struct MixedOptions {
   // Streaming cost (les quantize --mem): 0 = the file size is the cost. Otherwise expert bytes
   // cost their measured per-layer miss rate per token and dense bytes their effect on the cache.
   uint64_t mem_budget = 0;
+  // A sensitivity measured before (sensitivity_from_json): used instead of measuring.
+  const SensitivityReport* measured = nullptr;
+  // If set, receives the sensitivity the plan was made from.
+  SensitivityReport* report_out = nullptr;
 };
 
 struct RecipeEntry {
@@ -49,8 +53,10 @@ struct MixedRecipe {
   double seconds = 0;
   std::string cost_model = "file";  // "file" or "stream"
   std::string imatrix;
-  double stream_bytes_per_token = 0;      // stream cost model: the allocation's expert bytes per token
-  double stream_bytes_per_token_ref = 0;  // ... and a uniform file's of the target size
+  // Stream cost model: expert bytes streamed per token, dense bytes priced by the misses their
+  // cache space would have saved; of the allocation and of a uniform file of the target size.
+  double stream_bytes_per_token = 0;
+  double stream_bytes_per_token_ref = 0;
   double total_bpw() const;
   uint64_t n_weights = 0;        // elements of all tensors
 };

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "les/quality/token_compare.h"
 #include "les/model/context.h"
@@ -15,7 +17,7 @@
 namespace les::mixed {
 
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool) {
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method) {
   const int64_t row_len = t.ne[0];
   const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
   const int64_t rows_per_matrix = t.ne.size() > 1 ? t.ne[1] : 1;
@@ -31,7 +33,7 @@ double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int
       const int64_t r = n == n_rows ? i : (i * n_rows + n_rows / 2) / n;
       dequantize_row(t.src_type, src + static_cast<size_t>(r) * in_row, x.data(), row_len);
       const float* imp = importance ? importance(t.name, static_cast<int>(r / rows_per_matrix), scratch) : nullptr;
-      quantize_row_ref(dst, x.data(), q.data(), row_len, imp);
+      quantize_weights(method, dst, x.data(), q.data(), row_len, imp);
       dequantize_row(dst, q.data(), y.data(), row_len);
       double e = 0, s = 0;
       for (int64_t j = 0; j < row_len; ++j) {
@@ -111,9 +113,13 @@ class CalibrationSet {
           in[static_cast<size_t>(layer) + 1].assign(x, x + n_tok * width);
         }
       });
+      ctx_->set_matmul_observer([&](const std::string& tensor, int expert, const float*, int64_t rows, int64_t) {
+        if (expert >= 0) used_[tensor][expert] += rows;
+      });
       ctx_->rollback(0);
       ctx_->eval(windows_.back(), true);
       ctx_->set_observer({});
+      ctx_->set_matmul_observer({});
       inputs_.push_back(std::move(in));
       for (size_t j = 0; j + 1 < T; ++j) {
         base_.insert(base_.end(), ctx_->logits(static_cast<int>(j)), ctx_->logits(static_cast<int>(j)) + V);
@@ -123,6 +129,14 @@ class CalibrationSet {
   }
 
   int n_positions() const { return n_windows_ * (n_ctx_ - 1); }
+
+  // Experts of a routed-expert tensor that the calibration windows use (with the base model; a
+  // change to layer l leaves layer l's routing as it is, so its other experts are never read).
+  // Experts used -> rows routed to them.
+  const std::map<int, int64_t>* used_experts(const std::string& tensor) const {
+    auto it = used_.find(tensor);
+    return it == used_.end() ? nullptr : &it->second;
+  }
 
   // Mean KL divergence (base || model as it is now) over every calibration position, evaluating
   // from first_layer on (0: from the embeddings).
@@ -156,7 +170,58 @@ class CalibrationSet {
   std::vector<std::span<const int32_t>> windows_;
   std::vector<std::vector<std::vector<float>>> inputs_;  // [window][layer][n_ctx][n_embd]
   std::vector<float> base_;                              // [position][n_vocab]
+  std::map<std::string, std::map<int, int64_t>> used_;   // routed-expert tensor -> expert -> rows
 };
+
+}  // namespace
+
+namespace {
+
+// A routed-expert tensor held as `held` (F16 or F32) in which the `k` used experts with the most
+// routed rows carry the error of type t (converted to t and back) and the other used experts their
+// source values; unused experts are zero (never read). *scale: all used rows / converted rows.
+std::vector<uint8_t> probe_subset(const uint8_t* src, const GroupTensor& t, Type cand, Type held,
+                                  const std::map<int, int64_t>* used, int k, const ImportanceFn& importance,
+                                  ThreadPool& pool, QuantMethod method, double* scale) {
+  const int64_t row_len = t.ne[0], per = t.ne[1];
+  const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(row_len));
+  const size_t rb_held = row_bytes(held, row_len), rb_src = row_bytes(t.src_type, row_len);
+  const size_t rb_cand = row_bytes(cand, row_len);
+  std::vector<uint8_t> out(rb_held * static_cast<size_t>(n_rows), 0);
+  if (!used || used->empty()) return out;
+  std::vector<std::pair<int64_t, int>> by_rows;
+  int64_t all = 0;
+  for (const auto& [e, rows] : *used) {
+    by_rows.emplace_back(-rows, e);
+    all += rows;
+  }
+  std::sort(by_rows.begin(), by_rows.end());
+  int64_t converted = 0;
+  for (size_t i = 0; i < by_rows.size(); ++i) {
+    const int e = by_rows[i].second;
+    const bool convert = static_cast<int>(i) < k;
+    if (convert) converted -= by_rows[i].first;
+    const int64_t r0 = static_cast<int64_t>(e) * per;
+    std::vector<uint8_t> q(convert ? rb_cand * static_cast<size_t>(per) : 0);
+    if (convert) {
+      convert_rows(src + static_cast<size_t>(r0) * rb_src, t.src_type, cand, t.ne, r0, per, q.data(), t.name,
+                   importance, pool, method);
+    }
+    pool.parallel_for(per, 16, [&](int, int64_t a, int64_t b) {
+      std::vector<float> x(static_cast<size_t>(row_len));
+      for (int64_t r = a; r < b; ++r) {
+        if (convert) {
+          dequantize_row(cand, q.data() + static_cast<size_t>(r) * rb_cand, x.data(), row_len);
+        } else {
+          dequantize_row(t.src_type, src + static_cast<size_t>(r0 + r) * rb_src, x.data(), row_len);
+        }
+        quantize_row_ref(held, x.data(), out.data() + static_cast<size_t>(r0 + r) * rb_held, row_len);
+      }
+    });
+  }
+  *scale = converted > 0 ? static_cast<double>(all) / static_cast<double>(converted) : 1.0;
+  return out;
+}
 
 }  // namespace
 
@@ -184,7 +249,8 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
         LES_ASSERT(ti != nullptr);
         const double share = static_cast<double>(t.n_elements);
-        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool);
+        e += share * sampled_rel_error(map.data() + f.data_offset + ti->offset, t, c.type, opt.sample_rows, importance, pool,
+                                       opt.method);
         w += share;
       }
       c.rel_error = w > 0 ? e / w : 0;
@@ -205,7 +271,9 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
   int total = 0;
   for (const auto& gs : rep.groups) {
-    for (const auto& c : gs.candidates) total += c.keep ? 0 : 1;
+    int n = 0;
+    for (const auto& c : gs.candidates) n += c.keep ? 0 : 1;
+    total += opt.probe_only ? std::min(n, 1) : n;
   }
   const int n_layer = model.config().n_layer;
   int done = 0;
@@ -214,20 +282,53 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
     // every layer; the embeddings (and anything unknown) need the whole pass.
     int first_layer = gs.group.layer >= 0 && gs.group.layer < n_layer ? gs.group.layer : 0;
     if (gs.group.layer < 0 && gs.group.kind == "output") first_layer = n_layer;
+    const CandidateResult* probe = nullptr;
     for (CandidateResult& c : gs.candidates) {
       if (c.keep) continue;
+      if (opt.probe_only && probe) {  // predicted from the probe
+        c.dkld = probe->rel_error > 0 ? probe->dkld * c.rel_error / probe->rel_error : 0.0;
+        c.measured = false;
+        continue;
+      }
       if (progress) progress(done, total, gs.group.id() + " as " + type_name(c.type));
+      // Probe with a subset of a routed group's experts: the experts with the most routed rows get
+      // the candidate's error (converted to it and back, in F16), the other used experts keep
+      // their data (in F16), and the measured dKLD is scaled by all rows / converted rows.
+      const bool subset = opt.probe_only && opt.probe_experts > 0 && gs.group.routed_experts;
+      double scale = 1.0;
       for (const GroupTensor& t : gs.group.tensors) {
         const gguf::TensorInfo* ti = f.find_tensor(t.name);
+        const uint8_t* src = map.data() + f.data_offset + ti->offset;
         const int64_t n_rows = static_cast<int64_t>(t.n_elements / static_cast<uint64_t>(t.ne[0]));
-        std::vector<uint8_t> q(row_bytes(c.type, t.ne[0]) * static_cast<size_t>(n_rows));
-        convert_rows(map.data() + f.data_offset + ti->offset, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name,
-                     importance, pool);
+        const std::map<int, int64_t>* used = gs.group.routed_experts ? calib.used_experts(t.name) : nullptr;
+        if (subset) {
+          const Type held = t.src_type == Type::F32 ? Type::F32 : Type::F16;
+          std::vector<uint8_t> q =
+              probe_subset(src, t, c.type, held, used, opt.probe_experts, importance, pool, opt.method, &scale);
+          model.replace_tensor(t.name, held, std::move(q));
+          continue;
+        }
+        const size_t rb_out = row_bytes(c.type, t.ne[0]), rb_in = row_bytes(t.src_type, t.ne[0]);
+        std::vector<uint8_t> q(rb_out * static_cast<size_t>(n_rows));
+        if (gs.group.routed_experts) {
+          // Only the experts the windows use; the others stay zero and are never read.
+          const int64_t per = t.ne[1];
+          if (used) {
+            for (const auto& [e, rows] : *used) {
+              const int64_t r0 = static_cast<int64_t>(e) * per;
+              convert_rows(src + static_cast<size_t>(r0) * rb_in, t.src_type, c.type, t.ne, r0, per,
+                           q.data() + static_cast<size_t>(r0) * rb_out, t.name, importance, pool, opt.method);
+            }
+          }
+        } else {
+          convert_rows(src, t.src_type, c.type, t.ne, 0, n_rows, q.data(), t.name, importance, pool, opt.method);
+        }
         model.replace_tensor(t.name, c.type, std::move(q));
       }
-      c.dkld = calib.mean_kld(first_layer);
+      c.dkld = calib.mean_kld(first_layer) * scale;
       for (const GroupTensor& t : gs.group.tensors) model.restore_tensor(t.name);
       c.measured = true;
+      probe = &c;
       ++done;
     }
   }

@@ -24,6 +24,15 @@ struct SensitivityOptions {
   // Skip a candidate whose weighted error is not below that of a cheaper candidate (it would never
   // be chosen); its dKLD is then not measured.
   bool prune_dominated = true;
+  // Measure one candidate per group (the cheapest: the clearest signal) and predict the others'
+  // dKLD from it in proportion to their weighted errors. For models too large to measure every
+  // candidate; the predicted values are marked measured = false.
+  bool probe_only = false;
+  // Probe mode, routed-expert groups: apply the candidate to at most this many of the used experts
+  // (those with the most routed rows; the others keep their data) and scale the measured dKLD by
+  // all routed rows / the converted experts' rows. 0: every used expert.
+  int probe_experts = 0;
+  QuantMethod method = QuantMethod::fast;  // quantizer of the candidate conversions
 };
 
 struct CandidateResult {
@@ -31,7 +40,7 @@ struct CandidateResult {
   bool keep = false;        // the group's source data, unconverted (dkld 0 by definition)
   uint64_t bytes = 0;       // the group's bytes as this type
   double rel_error = 0;     // importance-weighted squared error / weighted squared norm, sampled rows
-  double dkld = 0;          // measured mean KL divergence from the base (valid when measured)
+  double dkld = 0;          // mean KL divergence from the base: measured, or predicted (probe_only)
   bool measured = false;
 };
 
@@ -58,6 +67,17 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
 
 // Importance-weighted relative squared error of converting rows of a tensor to `t` (sampled rows).
 double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int sample_rows,
-                         const ImportanceFn& importance, ThreadPool& pool);
+                         const ImportanceFn& importance, ThreadPool& pool, QuantMethod method = QuantMethod::fast);
+
+}  // namespace les::mixed
+
+namespace les::mixed {
+
+// A measured report as JSON, so one (long) measurement serves many targets. The model is named by
+// a fingerprint of its tensors (names, shapes, types); loading checks it and every group against
+// the model, and throws les::Error naming the first mismatch.
+std::string sensitivity_to_json(const SensitivityReport& r, const gguf::File& model, const std::string& note);
+SensitivityReport sensitivity_from_json(const std::string& json, const gguf::File& model, const std::string& what);
+uint64_t tensor_fingerprint(const gguf::File& model);
 
 }  // namespace les::mixed

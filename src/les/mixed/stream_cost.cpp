@@ -135,15 +135,19 @@ StreamPrices stream_prices(const Model& model, const std::vector<TensorGroup>& g
   p.cache_bytes = static_cast<uint64_t>(static_cast<double>(mem_budget) - fixed);
   const cache::RoutingTrace tr = record_routing(model, calib_tokens, n_ctx, n_windows, n_threads);
   const size_t n_keys = static_cast<size_t>(c.n_expert) * c.n_layer;
-  const size_t slots = std::min(n_keys, static_cast<size_t>(static_cast<double>(p.cache_bytes) / expert_bytes));
+  const size_t room = std::max<size_t>(c.n_expert_used, static_cast<size_t>(static_cast<double>(p.cache_bytes) / expert_bytes));
+  const size_t slots = std::min(n_keys, room);
   p.cache_experts = slots;
-  p.stream_bytes_per_token = streamed(tr, std::max<size_t>(slots, c.n_expert_used), expert_bytes, &p.miss_rate);
+  p.stream_bytes_per_token = streamed(tr, slots, expert_bytes, &p.miss_rate);
   // A dense byte costs what a byte less of cache costs: the slope of streamed bytes over cache
-  // size, measured between the cache and 10% (at least one expert) less.
-  const size_t fewer = std::max<size_t>(c.n_expert_used, slots - std::max<size_t>(1, slots / 10));
+  // size, measured between the cache and 10% (at least one expert) less; nothing while the
+  // smaller cache still holds every expert.
+  const size_t fewer_room = std::max<size_t>(c.n_expert_used, room - std::max<size_t>(1, room / 10));
+  const size_t fewer = std::min(n_keys, fewer_room);
   if (fewer < slots) {
     const double more = streamed(tr, fewer, expert_bytes, nullptr);
-    p.dense_price = std::max(0.0, (more - p.stream_bytes_per_token) / (static_cast<double>(slots - fewer) * expert_bytes));
+    p.dense_price =
+        std::max(0.0, (more - p.stream_bytes_per_token) / (static_cast<double>(room - fewer_room) * expert_bytes));
   }
   return p;
 }

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "les/quant/kernels.h"
 #include "les/quant/kernels_internal.h"
+#include "les/quant/quantize_fast.h"
 #include "les/util/error.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -94,20 +96,21 @@ Tables build_tables() {
   Tables s{};
   s.table[0].isa = Isa::scalar;
   fill_kernel_table_scalar(s.table[0]);
+  fill_fast_quantizers_scalar(s.table[0]);
   s.present[0] = true;
 #if LES_DISPATCH_X86
-  auto derive = [&](Isa isa, Isa below, void (*fill)(KernelTable&)) {
+  auto derive = [&](Isa isa, Isa below, std::initializer_list<void (*)(KernelTable&)> fills) {
     KernelTable& t = s.table[static_cast<int>(isa)];
     const KernelTable& b = s.table[static_cast<int>(below)];
     t = b;
     t.isa = isa;
-    fill(t);
+    for (auto fill : fills) fill(t);
     drop_stale_gemms(t, b);
     s.present[static_cast<int>(isa)] = true;
   };
-  derive(Isa::avx2, Isa::scalar, fill_kernel_table_avx2);
-  derive(Isa::avx_vnni, Isa::avx2, fill_kernel_table_avx_vnni);
-  derive(Isa::avx512, Isa::avx2, fill_kernel_table_avx512);
+  derive(Isa::avx2, Isa::scalar, {fill_kernel_table_avx2, fill_dequantizers_avx2, fill_fast_quantizers_avx2});
+  derive(Isa::avx_vnni, Isa::avx2, {fill_kernel_table_avx_vnni});
+  derive(Isa::avx512, Isa::avx2, {fill_kernel_table_avx512, fill_fast_quantizers_avx512});
 #endif
   return s;
 }
@@ -245,16 +248,33 @@ void gemm_rows(const KernelTable& t, Type w, int64_t n, const void* wr, size_t w
   }
 }
 
+namespace {
+
+// Throws unless every importance[i] is finite and >= 0.
+void check_importance(const char* what, const float* importance, int64_t n) {
+  for (int64_t i = 0; importance && i < n; ++i) {
+    if (!(importance[i] >= 0) || !std::isfinite(importance[i])) {
+      throw Error(strfmt("%s: importance[%lld] = %g (must be finite and >= 0)", what,
+                         static_cast<long long>(i), static_cast<double>(importance[i])));
+    }
+  }
+}
+
+}  // namespace
+
 void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance) {
   check_row("quantize_row_ref", t, n);
   const RefQuantizeFn fn = ref_weight_quantizer(t);
   if (!fn) throw Error(strfmt("quantize_row_ref: cannot quantize to %s", type_label(t).c_str()));
-  for (int64_t i = 0; importance && i < n; ++i) {
-    if (!(importance[i] >= 0) || !std::isfinite(importance[i])) {
-      throw Error(strfmt("quantize_row_ref: importance[%lld] = %g (must be finite and >= 0)",
-                         static_cast<long long>(i), static_cast<double>(importance[i])));
-    }
-  }
+  check_importance("quantize_row_ref", importance, n);
+  fn(x, y, n, importance);
+}
+
+void quantize_row_fast(Type t, const float* x, void* y, int64_t n, const float* importance) {
+  const int id = check_row("quantize_row_fast", t, n);
+  const WeightQuantizeFn fn = id < 32 ? kernels().quantize_fast[id] : nullptr;
+  if (!fn) throw Error(strfmt("quantize_row_fast: cannot quantize to %s", type_label(t).c_str()));
+  check_importance("quantize_row_fast", importance, n);
   fn(x, y, n, importance);
 }
 

@@ -40,6 +40,8 @@ using GemmFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nr, c
 // Converts n floats to a row of type t (activation quantization; fast path).
 using QuantizeFn = void (*)(const float* x, void* y, int64_t n);
 using DequantizeFn = void (*)(const void* x, float* y, int64_t n);
+// Converts n weights to a row of type t with an optional importance[n] (nullptr = none).
+using WeightQuantizeFn = void (*)(const float* x, void* y, int64_t n, const float* importance);
 
 struct KernelTable {
   Isa isa;
@@ -47,6 +49,9 @@ struct KernelTable {
   GemmFn gemm[32];             // indexed by weight type id; nullptr: use vec_dot per output
   QuantizeFn quantize[32];     // indexed by target type id (activation types must be present)
   DequantizeFn dequantize[32]; // indexed by type id
+  // Fast weight quantizers (quantize_row_fast), indexed by weight type id: the fast algorithm
+  // where there is one, else the reference quantizer; the same bytes at every ISA.
+  WeightQuantizeFn quantize_fast[32];
 };
 
 // The table for an ISA, with entries missing at that ISA filled from lower ISAs (so every entry
@@ -71,5 +76,15 @@ void gemm_rows(const KernelTable& t, Type w, int64_t n, const void* wr, size_t w
 // value is negative or not finite.
 void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* importance = nullptr);
 void dequantize_row(Type t, const void* x, float* y, int64_t n);
+
+// Fast weight quantization, for converting whole models: the reference's algorithm family
+// (importance-weighted scale search, fp16 super-scales, per-sub-block integer scale choice)
+// evaluated in float on 16 groups at a time (quantize_fast_impl.h), about an order of magnitude
+// faster than quantize_row_ref. Weighted squared error within about 1% of the reference's
+// (tests/test_quant_fast.cpp). Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0, Q5_0 and Q8_0
+// have a fast version; other types fall back to quantize_row_ref. Deterministic, and the same
+// bytes whichever ISA runs it (the scalar table holds the same algorithm on emulated lanes).
+// Same arguments, contract and errors as quantize_row_ref; x must be finite.
+void quantize_row_fast(Type t, const float* x, void* y, int64_t n, const float* importance = nullptr);
 
 }  // namespace les

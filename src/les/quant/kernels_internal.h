@@ -20,6 +20,7 @@ void fill_kernel_table_scalar(KernelTable& t);  // quant_ref.cpp: every entry of
 void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+F16C+BMI2)
 void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 + AVX-VNNI)
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
+void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
 
 // Whether the CPU (and OS) support AVX512-BF16. The avx512 ISA level does not require it, so
 // kernels using AVX512-BF16 instructions must be registered only when this returns true.

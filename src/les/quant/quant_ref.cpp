@@ -18,6 +18,7 @@
 
 #include "les/quant/blocks.h"
 #include "les/quant/kernels_internal.h"
+#include "les/quant/quant_common.h"
 #include "les/util/fp16.h"
 
 namespace les {
@@ -27,43 +28,6 @@ namespace {
 // Small helpers
 
 inline float h2f(half_bits h) { return fp16_to_f32(h); }
-
-// float -> half, saturating to the largest finite half instead of overflowing to infinity (a
-// scale of infinity would turn a whole block into inf/nan).
-inline half_bits f2h_sat(float f) {
-  constexpr float kHalfMax = 65504.0f;
-  return f32_to_fp16(std::clamp(f, -kHalfMax, kHalfMax));
-}
-
-// fp16 scale D ~ v / k for a block whose largest value v (any sign) must be an integer multiple
-// of D of magnitude <= |k|: the nearest fp16 value, moved away from zero by as many ulps as needed
-// when rounding went down (or underflowed to zero, which would wipe out the block). 0 iff v == 0.
-half_bits fit_scale(float v, int k) {
-  if (v == 0) return 0;
-  half_bits h = f2h_sat(v / static_cast<float>(k));
-  const float lim = static_cast<float>(k < 0 ? -k : k) + 0.5f;
-  for (int i = 0; i < 8 && (h & 0x7fff) < 0x7bff; ++i) {
-    const float D = fp16_to_f32(h);
-    if (D != 0 && std::fabs(v / D) <= lim) break;
-    h = static_cast<half_bits>((h & 0x8000) | ((h & 0x7fff) + 1));  // next magnitude, same sign
-  }
-  return h;
-}
-
-// Round to nearest, ties to even, for |v| < 2^22; identical to llama.cpp's nearest_int (which
-// adds 1.5 * 2^23 and reads the mantissa bits) under the default rounding mode.
-inline int nearest_int(float v) {
-  const float t = v + 12582912.0f;
-  uint32_t u;
-  std::memcpy(&u, &t, 4);
-  return static_cast<int>(u & 0x007fffffu) - 0x00400000;
-}
-
-// Nearest level of v in [lo, hi]; v is clamped before rounding so any finite v is safe.
-inline int qround(float v, int lo, int hi) {
-  v = std::clamp(v, static_cast<float>(lo) - 1.0f, static_cast<float>(hi) + 1.0f);
-  return std::clamp(nearest_int(v), lo, hi);
-}
 
 // Little-endian 32-bit load of 4 bytes (the qh fields of Q5_0/Q5_1 are a uint32 in llama.cpp).
 inline uint32_t load_u32le(const uint8_t* p) {
@@ -82,34 +46,11 @@ inline void unpack_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m
   }
 }
 
-// Inverse of unpack_scale_min_k4 for 8 scales and 8 mins, each in [0, 63].
-void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t* q) {
-  for (int j = 0; j < 4; ++j) {
-    q[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    q[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    q[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0f) | ((mn[j + 4] & 0x0f) << 4));
-  }
-}
-
 // Signed scale j (0..15, in [-32, 31]) of the 12-byte packed scales of Q3_K.
 inline int unpack_scale_q3k(int j, const uint8_t* s) {
   const int lo4 = j < 8 ? (s[j] & 0x0f) : (s[j - 8] >> 4);
   const int hi2 = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
   return (lo4 | (hi2 << 4)) - 32;
-}
-
-// Inverse of unpack_scale_q3k for 16 scales in [-32, 31].
-void pack_scales_q3k(const int sc[16], uint8_t* s) {
-  std::memset(s, 0, 12);
-  for (int j = 0; j < 16; ++j) {
-    const int u = sc[j] + 32;
-    if (j < 8) {
-      s[j] |= static_cast<uint8_t>(u & 0x0f);
-    } else {
-      s[j - 8] |= static_cast<uint8_t>((u & 0x0f) << 4);
-    }
-    s[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,15 +515,6 @@ void qref_q4_1(const float* x, void* vy, int64_t n, const float* imp) {
   }
 }
 
-// 5-bit packing shared by Q5_0/Q5_1: low nibbles as Q4_0, bit 4 of element e in bit e of qh.
-void pack_q5(const int* U, uint8_t* qs, uint8_t* qh) {
-  std::memset(qh, 0, 4);
-  for (int j = 0; j < 16; ++j) {
-    qs[j] = static_cast<uint8_t>((U[j] & 0x0f) | ((U[j + 16] & 0x0f) << 4));
-  }
-  for (int e = 0; e < 32; ++e) qh[e / 8] |= static_cast<uint8_t>(((U[e] >> 4) & 1) << (e % 8));
-}
-
 void qref_q5_0(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q5_0_u*>(vy);
   const float sigma2 = imp ? mean_square(n, x) : 0.0f;
@@ -734,17 +666,6 @@ void quant_k_sym(const float* x, const float* imp, int lo, int hi, int slo, int 
   }
 }
 
-// 2-bit packing shared by Q2_K and the low bits of Q3_K.
-void pack_2bit(const int* U, uint8_t* qs) {
-  for (int h = 0; h < 2; ++h) {
-    for (int l = 0; l < 32; ++l) {
-      int v = 0;
-      for (int k = 0; k < 4; ++k) v |= (U[128 * h + 32 * k + l] & 3) << (2 * k);
-      qs[32 * h + l] = static_cast<uint8_t>(v);
-    }
-  }
-}
-
 void qref_q2_K(const float* x, void* vy, int64_t n, const float* imp) {
   auto* y = static_cast<block_q2_K_u*>(vy);
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
@@ -839,18 +760,6 @@ void qref_q6_K(const float* x, void* vy, int64_t n, const float* imp) {
 // +113; the codebook is not symmetric, so the sign of d matters), codes are the nearest values,
 // d is the weighted least-squares scale for those codes, the best is kept and polished.
 
-// Index of the codebook value nearest to v (the lower one on a tie); a NaN gives 0. Counts the
-// midpoints between consecutive values that v exceeds (no branches: the compiler vectorises it).
-inline int nearest_iq4(float v) {
-  static constexpr float kMid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
-                                     7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
-  int c = 0;
-  for (float m : kMid) c += v > m;
-  return c;
-}
-
-constexpr int kIq4ZeroCode = 8;  // the code of an all-zero group (value 1, times d = 0)
-
 // Codebook fit of a group: returns d (0 for an all-zero group) and the codes C.
 float fit_iq4(int n, const float* x, const float* w, int* C) {
   float amax = 0, mx = 0;
@@ -906,11 +815,6 @@ double iq4_error(int n, const float* x, const float* w, float d, const int* C) {
     err += w[i] * r * r;
   }
   return err;
-}
-
-// Codes of 32 elements into 16 bytes: element j in the low nibble of qs[j], j + 16 in the high.
-void pack_iq4_32(const int* C, uint8_t* qs) {
-  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(C[j] | (C[j + 16] << 4));
 }
 
 // IQ4_NL: one fp16 scale per 32 elements.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -27,6 +28,14 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
   }
   return *this;
+}
+
+void MappedFile::prefetch(size_t offset, size_t n) const {
+  if (!data_ || offset >= size_ || n == 0) return;
+  n = std::min(n, size_ - offset);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t start = offset / page * page;
+  (void)madvise(data_ + start, n + (offset - start), MADV_WILLNEED);
 }
 
 MappedFile MappedFile::open(const std::string& path) {

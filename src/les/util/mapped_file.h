@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 
+  // Asks the kernel to start reading [offset, offset + n) in the background (madvise WILLNEED),
+  // so that a sequential reader finds it in memory. Advisory: clipped to the file, errors ignored.
+  void prefetch(size_t offset, size_t n) const;
+
  private:
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
