@@ -105,6 +105,36 @@ TEST(BatchedProducts, MatmulEqualsPerTokenForEveryIsaAndThreadCount) {
   }
 }
 
+// matmul_many (one pass of the threads over several matrices) gives each matrix's matmul.
+TEST(BatchedProducts, MatmulManyEqualsOneMatmulPerMatrix) {
+  IsaGuard guard;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(3);
+  for (Type t : {Type::Q4_K, Type::Q8_0, Type::F16}) {
+    const int64_t n_in = 256;
+    const std::vector<uint8_t> w0 = random_matrix(t, 45, n_in, rng), w1 = random_matrix(t, 130, n_in, rng);
+    const Matrix W0{t, n_in, 45, row_bytes(t, n_in), w0.data()}, W1{t, n_in, 130, row_bytes(t, n_in), w1.data()};
+    for (Isa isa : supported_isas()) {
+      ASSERT_TRUE(set_active_isa(isa));
+      for (int64_t n_tok : {int64_t{1}, int64_t{6}}) {
+        std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+        for (auto& v : x) v = nd(rng);
+        QuantizedActs qa;
+        quantize_acts(act_type(t), x.data(), n_tok, n_in, n_in, qa);
+        std::vector<float> a0(static_cast<size_t>(n_tok * 45)), a1(static_cast<size_t>(n_tok * 130));
+        std::vector<float> b0(a0.size(), -1.0f), b1(a1.size(), -1.0f);
+        matmul(W0, qa, a0.data(), 45, pool);
+        matmul(W1, qa, a1.data(), 130, pool);
+        const MatmulJob jobs[] = {{&W0, b0.data(), 45}, {&W1, b1.data(), 130}};
+        matmul_many(jobs, qa, pool);
+        EXPECT_EQ(a0, b0) << type_name(t) << " " << isa_name(isa) << " " << n_tok;
+        EXPECT_EQ(a1, b1) << type_name(t) << " " << isa_name(isa) << " " << n_tok;
+      }
+    }
+  }
+}
+
 // All positions' logits of a prompt, evaluated in batches of `batch` tokens on `threads` threads.
 std::vector<float> prompt_logits(const Model& m, int threads, int batch) {
   const std::vector<int32_t> toks = {785, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 13, 50, 977};

@@ -400,9 +400,14 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       observe(il, Product::ffn_up, expert, ex_in_.data(), m, E);
     }
     quantize_acts(act_type(ev.gate.type), ex_in_.data(), m, E, E, acts_, &pool_);
-    matmul(ev.gate, acts_, ex_g_.data(), F, pool_);
-    if (act_type(ev.up.type) != acts_.type) quantize_acts(act_type(ev.up.type), ex_in_.data(), m, E, E, acts_, &pool_);
-    matmul(ev.up, acts_, ex_u_.data(), F, pool_);
+    if (act_type(ev.up.type) == acts_.type) {  // gate and up in one pass of the threads
+      const MatmulJob jobs[] = {{&ev.gate, ex_g_.data(), F}, {&ev.up, ex_u_.data(), F}};
+      matmul_many(jobs, acts_, pool_);
+    } else {
+      matmul(ev.gate, acts_, ex_g_.data(), F, pool_);
+      quantize_acts(act_type(ev.up.type), ex_in_.data(), m, E, E, acts_, &pool_);
+      matmul(ev.up, acts_, ex_u_.data(), F, pool_);
+    }
     for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::silu(ex_g_[sz(j)]) * ex_u_[sz(j)];
     if (matmul_observer_) observe(il, Product::ffn_down, expert, ex_g_.data(), m, F);
     matmul(ev.down, ex_g_.data(), m, F, ex_y_.data(), E, pool_, acts2_);

@@ -31,23 +31,43 @@ void quantize_acts(Type type, const float* x, int64_t n_tok, int64_t n_in, int64
   }
 }
 
-void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride, ThreadPool& pool) {
-  LES_ASSERT(a.n_in == W.n_in);
-  LES_ASSERT(a.type == act_type(W.type));
+namespace {
+
+// The rows of a product are cut into blocks of about `block_bytes` of weights (a multiple of 4
+// rows, the kernels' row tile), which the threads claim one at a time, so that a thread that was
+// descheduled or started late holds up the others by one block at most. A block is multiplied
+// with every token by one gemm (which keeps its rows in cache while blocks of tokens pass over
+// them). Every output is the same vec_dot-equal value whatever the cuts and whoever runs them.
+int64_t block_rows(const Matrix& W, int64_t n_tok) {
+  const size_t block_bytes = n_tok == 1 ? 64 * 1024 : 40 * 1024;
+  return std::max<int64_t>(4, static_cast<int64_t>(block_bytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
+}
+
+}  // namespace
+
+void matmul_many(std::span<const MatmulJob> jobs, const QuantizedActs& a, ThreadPool& pool) {
   const KernelTable& kt = kernels();
   const int64_t n_tok = a.n_tok;
-  // The rows are cut into blocks of about kBlockBytes of weights (a multiple of 4 rows, the
-  // kernels' row tile), which the threads claim one at a time, so that a thread that was
-  // descheduled or started late holds up the others by one block at most. A block is multiplied
-  // with every token by one gemm (which keeps its rows in cache while blocks of tokens pass over
-  // them). Every output is the same vec_dot-equal value whatever the cuts and whoever runs them.
-  const size_t block_bytes = n_tok == 1 ? 64 * 1024 : 40 * 1024;
-  const int64_t block_rows =
-      std::max<int64_t>(4, static_cast<int64_t>(block_bytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
-  const int64_t n_blocks = (W.n_out + block_rows - 1) / block_rows;
+  int64_t n_blocks = 0;
+  for (const MatmulJob& j : jobs) {
+    LES_ASSERT(a.n_in == j.W->n_in);
+    LES_ASSERT(a.type == act_type(j.W->type));
+    const int64_t br = block_rows(*j.W, n_tok);
+    n_blocks += (j.W->n_out + br - 1) / br;
+  }
   auto run_block = [&](int64_t b) {
-    const int64_t r0 = b * block_rows, r1 = std::min(W.n_out, r0 + block_rows);
-    gemm_rows(kt, W.type, W.n_in, W.row(r0), W.row_bytes, r1 - r0, a.row(0), a.row_bytes, n_tok, y + r0, y_stride);
+    for (const MatmulJob& j : jobs) {  // find the job of block b
+      const Matrix& W = *j.W;
+      const int64_t br = block_rows(W, n_tok);
+      const int64_t nb = (W.n_out + br - 1) / br;
+      if (b >= nb) {
+        b -= nb;
+        continue;
+      }
+      const int64_t r0 = b * br, r1 = std::min(W.n_out, r0 + br);
+      gemm_rows(kt, W.type, W.n_in, W.row(r0), W.row_bytes, r1 - r0, a.row(0), a.row_bytes, n_tok, j.y + r0, j.y_stride);
+      return;
+    }
   };
   if (pool.size() == 1 || n_blocks == 1) {
     for (int64_t b = 0; b < n_blocks; ++b) run_block(b);
@@ -60,6 +80,11 @@ void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride,
       run_block(b);
     }
   });
+}
+
+void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride, ThreadPool& pool) {
+  const MatmulJob job{&W, y, y_stride};
+  matmul_many(std::span<const MatmulJob>(&job, 1), a, pool);
 }
 
 void matmul(const Matrix& W, const float* x, int64_t n_tok, int64_t x_stride, float* y, int64_t y_stride,

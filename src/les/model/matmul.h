@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "les/model/weights.h"
@@ -29,6 +30,17 @@ void quantize_acts(Type type, const float* x, int64_t n_tok, int64_t n_in, int64
 
 // y[t * y_stride + r] = W.row(r) . x[t] for t < a.n_tok, r < W.n_out.
 void matmul(const Matrix& W, const QuantizedActs& a, float* y, int64_t y_stride, ThreadPool& pool);
+
+// One product of a matmul_many call: y[t * y_stride + r] = W.row(r) . x[t].
+struct MatmulJob {
+  const Matrix* W;
+  float* y;
+  int64_t y_stride;
+};
+// Several matrices times the same activations (e.g. an expert's gate and up) in one pass of the
+// threads over all their row blocks: the same results as one matmul per job, with one wait for
+// the threads instead of one per matrix. Every W must take a's type and width.
+void matmul_many(std::span<const MatmulJob> jobs, const QuantizedActs& a, ThreadPool& pool);
 
 // Convenience: quantize x for W then multiply.
 void matmul(const Matrix& W, const float* x, int64_t n_tok, int64_t x_stride, float* y, int64_t y_stride,
