@@ -154,6 +154,11 @@ struct FloatRow {
   static __m512 load(const uint8_t* p, int count = 16) {
     const __mmask16 m = count >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << count) - 1);
     if constexpr (K == FloatKind::f32) {
+      if (count >= 16) {  // two 32-byte loads: rows are often 32-byte aligned, and a 64-byte load
+                          // across two cache lines costs more than two that each stay in one
+        const float* f = reinterpret_cast<const float*>(p);
+        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(f)), _mm256_loadu_ps(f + 8), 1);
+      }
       return _mm512_maskz_loadu_ps(m, p);
     } else if constexpr (K == FloatKind::f16) {
       return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
@@ -215,7 +220,13 @@ void tile_bf16_dot(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   }
   const tiles::RowPtrs<R> wr(w, ws);
   const tiles::RowPtrs<C> ar(a, as);
-  auto ld = [](const uint8_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); };
+  // 32 bf16 at p (the first `m` of them): full chunks as two 32-byte loads (see FloatRow::load)
+  auto ld = [](const uint8_t* p, __mmask32 m) {
+    if (m == ~__mmask32(0)) {
+      return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(tiles::ld256(p)), tiles::ld256(p + 32), 1);
+    }
+    return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
+  };
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     if (pf) tiles::prefetch_rows<R>(pf + 2 * i, ws, 128);
@@ -260,7 +271,7 @@ struct FloatKernel {
   }
   static void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y,
                    int64_t ys) {
-    tiles::gemm_tiles<FloatKernel, 4, 3>(n, w, ws, nr, a, as, nc, y, ys);
+    tiles::gemm_tiles<FloatKernel, 4, 3, 1>(n, w, ws, nr, a, as, nc, y, ys);
   }
   static float vec_dot(int64_t n, const void* w, const void* a) {
     float y;

@@ -648,12 +648,23 @@ struct TileTable {
 // a block of them stays in L1/L2 while every row tile of the weights passes over it.
 constexpr int64_t kActBlock = 16;
 
-// The product over tiles of at most MR rows x MC activation rows; the first pass of each row
-// tile over the activations prefetches the next row tile.
-template <class K, int MR, int MC>
+// The product over tiles of at most MR rows x MC activation rows (MR1 rows when there is one
+// activation row); the first pass of each row tile over the activations prefetches the next row
+// tile.
+template <class K, int MR, int MC, int MR1 = MR>
 void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
                 int64_t ys) {
+  static_assert(MR1 <= MR);
   static constexpr TileTable<K, MR, MC> table;
+  if (nc == 1 && MR1 < MR) {
+    for (int64_t r0 = 0; r0 < nr; r0 += MR1) {
+      const int64_t rr = nr - r0 < MR1 ? nr - r0 : MR1;
+      const uint8_t* next = r0 + MR1 < nr ? static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0 + MR1) * ws : nullptr;
+      table.fn[rr - 1][0](n, static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0) * ws, ws,
+                          static_cast<const uint8_t*>(va), as, y + r0, ys, next);
+    }
+    return;
+  }
   constexpr int64_t act_block = (kActBlock + MC - 1) / MC * MC;
   const auto* w = static_cast<const uint8_t*>(vw);
   const auto* a = static_cast<const uint8_t*>(va);
