@@ -199,8 +199,11 @@ TEST_P(VsLlamaCppIq4, TrainedModelQuantizedByLes) {
   EXPECT_EQ(a.argmax_agree, a.positions);
   EXPECT_LE(a.mean_rel, 2e-3);
   // Both sides quantize the activations alike and form the same integer sums, so only the float
-  // summation order differs (measured: max rel 2e-7, max |diff| 4e-6).
-  EXPECT_LE(a.max_rel, 1e-4);
+  // summation order differs: max rel 2e-7 against llama.cpp's zen4, skylakex and icelake CPU
+  // variants. Its haswell and alderlake variants sum IQ4_NL in another order, which rounds one
+  // activation to the other Q8_0 level at one position; that sequence then drifts to max rel 3.4e-3
+  // (mean 6.5e-4). A wrong block layout or scale puts whole logit rows off by tenths of the range.
+  EXPECT_LE(a.max_rel, 1e-2);
 
   // Greedy continuations of the reference prompts: the same tokens (hence the same text).
   auto m = Model::load(path);
@@ -269,8 +272,13 @@ TEST(VsLlamaCppMixed, MixedRecipeFileRunsInLlamaCpp) {
               a.max_abs, a.max_rel, a.mean_rel, a.argmax_agree, a.positions);
   ASSERT_GT(a.positions, 0);
   EXPECT_EQ(a.argmax_agree, a.positions);
-  EXPECT_LE(a.max_rel, 1e-4);  // measured 6.4e-7
-  EXPECT_LE(a.mean_rel, 2e-5);
+  // On the fast quantizer's file one activation rounds to the other 8-bit level at one position
+  // under the other summation order, and that sequence drifts: max rel 7.3e-4, mean 2.3e-5, argmax
+  // 32/32, with llama.cpp's zen4, icelake, skylakex, alderlake and haswell CPU variants alike (the
+  // reference quantizer's file happened to agree to 6.4e-7). A type decoded wrongly moves every
+  // position by tenths of the logit range.
+  EXPECT_LE(a.max_rel, 1e-2);
+  EXPECT_LE(a.mean_rel, 5e-4);
   std::string cleanup = "rm -rf '" + dir + "'";
   (void)std::system(cleanup.c_str());
 }

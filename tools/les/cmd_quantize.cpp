@@ -63,6 +63,8 @@ int cmd_quantize(int argc, char** argv) {
           {{"--types"}, true, "candidate types, comma-separated (default: every type les runs)", "LIST"},
           {{"--mem"}, true, "mixed precision: price bytes by what they cost when streaming within this memory budget "
                             "(expert bytes per miss, dense bytes by the cache they take)", "BUDGET"},
+          {{"--mem-tokens"}, true, "with --mem: calibration tokens whose routing is replayed through the expert "
+                                   "cache for the per-layer miss rates (default 1024, windows of up to 512)", "N"},
           {{"--save-sensitivity"}, true, "mixed precision: also write the measured sensitivity (JSON)", "FILE"},
           {{"--sensitivity"}, true, "mixed precision: use a sensitivity saved by --save-sensitivity instead of measuring",
            "FILE"},
@@ -140,6 +142,10 @@ int cmd_quantize(int argc, char** argv) {
     mo.sensitivity.method = method;
     if (a.has("--types")) mo.sensitivity.candidates = parse_type_list(a.str("--types"));
     if (a.has("--mem")) mo.mem_budget = parse_size(a.str("--mem"), "--mem");
+    if (a.has("--mem-tokens") && !a.has("--mem")) throw Error("--mem-tokens needs --mem");
+    mo.route_tokens = static_cast<int>(a.i64("--mem-tokens", 1024));
+    if (mo.route_tokens < 1) throw Error("--mem-tokens must be >= 1");
+    mo.route_window = std::min(mo.route_window, n_ctx_train);
     mo.importance = importance;
     mo.imatrix_name = a.str("--imatrix");
     if (a.has("--calib") && static_cast<int64_t>(mo.calib_tokens.size()) < mo.sensitivity.n_ctx) {
@@ -183,7 +189,7 @@ int cmd_quantize(int argc, char** argv) {
     plan = mixed::plan_from_recipe(r, in_file, n_threads);
     plan.method = method;
   } else {
-    for (const char* f : {"--calib", "--calib-windows", "--mem", "--sensitivity", "--save-sensitivity", "--probe", "--probe-experts", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
+    for (const char* f : {"--calib", "--calib-windows", "--mem", "--mem-tokens", "--sensitivity", "--save-sensitivity", "--probe", "--probe-experts", "--ctx-size", "--types", "--dry-run", "--recipe-json"}) {
       if (a.has(f)) throw Error(strfmt("%s is for mixed precision (--target-size or --target-bpw)", f));
     }
     plan = parse_quantize_plan(a.positional()[2]);

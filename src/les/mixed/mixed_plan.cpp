@@ -93,8 +93,11 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
   for (const TensorGroup& g : groups) group_elements += g.n_elements();
   const double ref_bpw = 8.0 * static_cast<double>(r.target_bytes - r.fixed_bytes) / static_cast<double>(group_elements);
   if (stream) {
-    prices = stream_prices(*model, groups, opt.calib_tokens, opt.sensitivity.n_ctx, opt.sensitivity.n_windows,
-                           opt.sensitivity.n_threads, opt.mem_budget, ref_bpw);
+    const int n_calib = static_cast<int>(opt.calib_tokens.size());
+    const int window = std::max(1, std::min({opt.route_window, opt.route_tokens, n_calib}));
+    const int windows = std::max(1, std::min(opt.route_tokens, n_calib) / window);
+    prices = stream_prices(*model, groups, opt.calib_tokens, window, windows, opt.sensitivity.n_threads,
+                           opt.mem_budget, ref_bpw);
     r.cost_model = "stream";
   }
   const int n_expert = model->config().n_expert, top_k = model->config().n_expert_used;

@@ -25,6 +25,10 @@ struct MixedOptions {
   // Streaming cost (les quantize --mem): 0 = the file size is the cost. Otherwise expert bytes
   // cost their measured per-layer miss rate per token and dense bytes their effect on the cache.
   uint64_t mem_budget = 0;
+  // Calibration tokens whose routing is replayed for the miss rates (windows of at most
+  // route_window tokens): separate from the sensitivity windows, which may be short (--probe).
+  int route_tokens = 1024;
+  int route_window = 512;
   // A sensitivity measured before (sensitivity_from_json): used instead of measuring.
   const SensitivityReport* measured = nullptr;
   // If set, receives the sensitivity the plan was made from.
