@@ -10,6 +10,8 @@
 #include "les/util/error.h"
 #include "les/util/hash.h"
 #include "greedy_hashes.h"
+#include "les/convert/quantize_model.h"
+#include "model_edit.h"
 #include "test_util.h"
 
 using namespace les;
@@ -324,4 +326,77 @@ TEST(Streaming, BudgetTooSmallStatesTheMinimum) {
   const BudgetPlan p = plan_budget(*m, 64ull << 20, 512, 256, sb);
   EXPECT_GE(p.n_slots, 4u);
   EXPECT_LE(p.dense + p.kv + p.work + p.overhead + p.cache, p.total);
+}
+
+// Slot pools: the cache's bytes split in proportion to the bytes of the experts each pool serves,
+// every pool at least min_slots, nothing over the cache, leftovers to the least-served pool.
+TEST(SlotClasses, SplitInProportionToExpertBytes) {
+  const uint64_t K = 4096;
+  // One size: one pool of cache / size slots.
+  auto one = plan_slot_classes({3 * K, 3 * K, 3 * K}, 16, 4, 100 * K);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].n_slots, 33);
+  EXPECT_EQ(one[0].layers, (std::vector<int>{0, 1, 2}));
+  // Three sizes over five layers.
+  const std::vector<uint64_t> sizes = {4 * K, 2 * K, 2 * K, 1 * K, 4 * K};
+  for (uint64_t cache : {40 * K, 97 * K, 250 * K, 1000 * K}) {
+    const auto p = plan_slot_classes(sizes, 16, 2, cache);
+    ASSERT_EQ(p.size(), 3u);
+    EXPECT_EQ(p[0].slot_bytes, 4 * K);  // largest first
+    EXPECT_EQ(p[0].layers, (std::vector<int>{0, 4}));
+    EXPECT_EQ(p[2].layers, (std::vector<int>{3}));
+    uint64_t used = 0;
+    for (const auto& c : p) {
+      EXPECT_GE(c.n_slots, 2);
+      used += c.slot_bytes * static_cast<uint64_t>(c.n_slots);
+    }
+    EXPECT_LE(used, cache);
+    EXPECT_GT(used + 1 * K, cache) << "a leftover that fits the smallest slot was not handed out";
+    // Fractions of each pool's experts held: equal up to a slot or two (and the minimum).
+    if (cache >= 250 * K) {
+      const double f0 = p[0].n_slots / 32.0, f1 = p[1].n_slots / 32.0, f2 = p[2].n_slots / 16.0;
+      EXPECT_NEAR(f0, f1, 2.0 / 16);
+      EXPECT_NEAR(f0, f2, 2.0 / 16);
+    }
+  }
+  // Too small for min_slots of each size: the error names the sizes.
+  const std::string msg = les::test::error_of([&] { plan_slot_classes(sizes, 16, 4, 20 * K); });
+  EXPECT_NE(msg.find("each expert size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0.02 MiB (2 layers)"), std::string::npos) << msg;
+}
+
+// A mixed-precision file (expert types differ by layer, so slot sizes do): one pool per size,
+// and the logits stay bit-identical to the resident model for both schedules and cache sizes.
+TEST(SlotClasses, MixedPrecisionFileStreamsBitIdentically) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  const std::string dir = les::test::temp_dir();
+  const std::string path = dir + "/mixed-experts.gguf";
+  QuantizePlan plan;
+  plan.recipe = Recipe::pure;
+  plan.keep_unlisted = true;
+  plan.n_threads = 2;
+  const Type cycle[] = {Type::Q4_K, Type::Q2_K, Type::Q8_0, Type::Q3_K};
+  for (int l = 0; l < 8; ++l) {
+    for (const char* t : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+      plan.overrides["blk." + std::to_string(l) + "." + t + ".weight"] = cycle[l % 4];
+    }
+  }
+  quantize_model(tiny_moe_path(), path, plan);
+  auto resident = Model::load(path);
+  auto streamed = Model::load(path, LoadOptions{.map_experts = false});
+  const auto ref = run_hashes(*resident, nullptr, 2);
+  const uint64_t largest = StreamingExperts::slot_bytes_for(*streamed, storage::IoMode::pread);
+  for (Schedule s : {Schedule::ondemand, Schedule::lookahead}) {
+    for (int slots : {16, 64, 256}) {
+      StreamingOptions o = opts(*streamed, s, storage::IoMode::pread, slots);
+      StreamingExperts ex(*streamed, o);
+      ASSERT_EQ(ex.slot_classes().size(), 4u);
+      // Smaller slots for the smaller types: more experts than the largest slot size allows.
+      EXPECT_GT(static_cast<uint64_t>(ex.n_slots()), o.cache_bytes / largest);
+      EXPECT_EQ(run_hashes(*streamed, &ex, 2), ref) << schedule_name(s) << " slots=" << slots;
+      EXPECT_EQ(ex.stats().slot_classes.size(), 4u);
+    }
+  }
+  std::string cleanup = "rm -rf '" + dir + "'";
+  (void)std::system(cleanup.c_str());
 }

@@ -152,6 +152,11 @@ int cmd_quantize(int argc, char** argv) {
       throw Error(strfmt("calibration text %s has %zu tokens, fewer than one window of %d (--ctx-size)",
                          a.str("--calib").c_str(), mo.calib_tokens.size(), mo.sensitivity.n_ctx));
     }
+    if (mo.mem_budget > 0) {
+      std::fprintf(stderr, "quantize: streaming cost model: routing %d calibration tokens, replayed through the expert "
+                           "cache that --mem %s leaves\n",
+                   std::min<int>(mo.route_tokens, static_cast<int>(mo.calib_tokens.size())), a.str("--mem").c_str());
+    }
     Progress bar("sensitivity", 1);
     // Where stderr is not a terminal (a log), a plain line every 30 s instead of the bar.
     const bool tty = isatty(STDERR_FILENO);

@@ -270,8 +270,14 @@ std::string format_recipe(const MixedRecipe& r) {
       std::snprintf(line, sizeof line, " %11s", k.c_str());
       s += line;
     }
+    const bool stream = r.cost_model == "stream";
+    if (stream) s += "  expert miss rate";
     s += "\n";
     std::map<std::pair<int, std::string>, const RecipeEntry*> at;
+    std::map<int, double> miss;
+    for (const RecipeEntry& e : r.entries) {
+      if (e.miss_rate > 0) miss[e.layer] = e.miss_rate;
+    }
     for (const RecipeEntry& e : r.entries) at[{e.layer, e.kind}] = &e;
     for (int l = 0; l < n_layer; ++l) {
       std::snprintf(line, sizeof line, "%5d", l);
@@ -281,6 +287,10 @@ std::string format_recipe(const MixedRecipe& r) {
         std::snprintf(line, sizeof line, " %11s",
                       it == at.end() ? "-" : it->second->keep ? (std::string(type_name(it->second->type)) + "*").c_str()
                                                               : type_name(it->second->type));
+        s += line;
+      }
+      if (stream && miss.count(l)) {
+        std::snprintf(line, sizeof line, "  %16.3f", miss[l]);
         s += line;
       }
       s += "\n";

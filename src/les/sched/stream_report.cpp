@@ -36,8 +36,15 @@ Derived derive(const LayerStreamStats& l, uint64_t tokens) {
 
 std::string format_stream_table(const StreamStats& st, const RunSummary& run) {
   std::string s;
-  s += strfmt("expert cache: %d slots of %.2f MiB | tokens %llu\n", st.n_slots, st.slot_bytes / 1048576.0,
-              static_cast<unsigned long long>(st.tokens));
+  if (st.slot_classes.size() > 1) {
+    std::string pools;
+    for (const auto& [bytes, n] : st.slot_classes) pools += strfmt("%s%d of %.2f MiB", pools.empty() ? "" : ", ", n, bytes / 1048576.0);
+    s += strfmt("expert cache: %d slots (%s) | tokens %llu\n", st.n_slots, pools.c_str(),
+                static_cast<unsigned long long>(st.tokens));
+  } else {
+    s += strfmt("expert cache: %d slots of %.2f MiB | tokens %llu\n", st.n_slots, st.slot_bytes / 1048576.0,
+                static_cast<unsigned long long>(st.tokens));
+  }
   s += "layer  hit%  prep%  pred-recall  raw@k  raw@k+m  refined@k  pf-prec  MB/tok dem  pf  wasted  stall-ms  compute-ms\n";
   auto row = [&](const std::string& name, const LayerStreamStats& l) {
     const Derived d = derive(l, st.tokens);
@@ -101,6 +108,12 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
               (unsigned long long)st.io.syscalls, (unsigned long long)st.io.requests, (unsigned long long)st.io.bytes,
               st.io.busy_us / 1e6, io_mbs, st.io.max_in_flight, (unsigned long long)st.io.retries,
               (unsigned long long)st.io.errors);
+  s += "  \"slot_classes\": [";
+  for (size_t i = 0; i < st.slot_classes.size(); ++i) {
+    s += strfmt("%s{\"slot_bytes\": %llu, \"slots\": %d}", i ? ", " : "",
+                (unsigned long long)st.slot_classes[i].first, st.slot_classes[i].second);
+  }
+  s += "],\n";
   s += strfmt("  \"slots\": %d, \"slot_bytes\": %llu, \"tokens\": %llu, \"decode_tok_s\": %.3f, \"prompt_tok_s\": %.3f, "
               "\"wall_s\": %.3f, \"peak_rss_bytes\": %llu, \"budget_bytes\": %llu\n}\n",
               st.n_slots, (unsigned long long)st.slot_bytes, (unsigned long long)st.tokens, run.decode_tps,

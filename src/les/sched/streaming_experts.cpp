@@ -27,8 +27,70 @@ std::shared_ptr<storage::ReadFile> open_model_file(const Model& model, const Str
 
 void StreamingExperts::reset_slot(Slot& s) {
   uint8_t* data = s.data;
+  const int cls = s.cls;
   s = Slot{};
   s.data = data;
+  s.cls = cls;
+}
+
+std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_slot_bytes, int n_expert,
+                                             int min_slots, uint64_t cache_bytes) {
+  std::vector<SlotClassPlan> cls;
+  for (size_t l = 0; l < layer_slot_bytes.size(); ++l) {
+    auto it = std::find_if(cls.begin(), cls.end(), [&](const SlotClassPlan& c) { return c.slot_bytes == layer_slot_bytes[l]; });
+    if (it == cls.end()) {
+      cls.push_back(SlotClassPlan{layer_slot_bytes[l], {}, 0});
+      it = cls.end() - 1;
+    }
+    it->layers.push_back(static_cast<int>(l));
+  }
+  std::sort(cls.begin(), cls.end(), [](const SlotClassPlan& a, const SlotClassPlan& b) { return a.slot_bytes > b.slot_bytes; });
+  auto sizes = [&] {
+    std::string s;
+    for (const auto& c : cls) s += strfmt("%s%.2f MiB (%zu layers)", s.empty() ? "" : ", ", c.slot_bytes / 1048576.0, c.layers.size());
+    return s;
+  };
+  if (cls.size() == 1) {
+    cls[0].n_slots = static_cast<int>(std::min<uint64_t>(cache_bytes / cls[0].slot_bytes, INT32_MAX));
+  } else {
+    double total = 0;  // bytes of all experts, in slots
+    for (const auto& c : cls) total += static_cast<double>(c.slot_bytes) * static_cast<double>(c.layers.size()) * n_expert;
+    uint64_t used = 0;
+    for (auto& c : cls) {
+      const double share = static_cast<double>(cache_bytes) * static_cast<double>(c.slot_bytes) *
+                           static_cast<double>(c.layers.size()) * n_expert / total;
+      c.n_slots = std::max(min_slots, static_cast<int>(share / static_cast<double>(c.slot_bytes)));
+      used += static_cast<uint64_t>(c.n_slots) * c.slot_bytes;
+    }
+    if (used > cache_bytes) {
+      uint64_t need = 0;
+      for (const auto& c : cls) need += static_cast<uint64_t>(min_slots) * c.slot_bytes;
+      throw Error(strfmt("the expert cache (%.1f MiB) cannot hold %d experts of each expert size this model has "
+                         "(%s): at least %.1f MiB are needed",
+                         cache_bytes / 1048576.0, min_slots, sizes().c_str(), need / 1048576.0));
+    }
+    // Leftover bytes: one slot at a time to the pool holding the smallest fraction of its experts.
+    for (;;) {
+      SlotClassPlan* best = nullptr;
+      double best_frac = 0;
+      for (auto& c : cls) {
+        if (used + c.slot_bytes > cache_bytes) continue;
+        const double frac = static_cast<double>(c.n_slots) / (static_cast<double>(c.layers.size()) * n_expert);
+        if (!best || frac < best_frac) { best = &c; best_frac = frac; }
+      }
+      if (!best) break;
+      ++best->n_slots;
+      used += best->slot_bytes;
+    }
+  }
+  for (const auto& c : cls) {
+    if (c.n_slots < min_slots) {
+      throw Error(strfmt("the expert cache (%.1f MiB) holds %d experts; at least %d (%.1f MiB) are needed to "
+                         "compute one token's layer",
+                         cache_bytes / 1048576.0, c.n_slots, min_slots, min_slots * c.slot_bytes / 1048576.0));
+    }
+  }
+  return cls;
 }
 
 const char* schedule_name(Schedule s) { return s == Schedule::ondemand ? "ondemand" : "lookahead"; }
@@ -69,34 +131,47 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
                        "file has none", model.path().c_str()));
   }
   const uint64_t sb = layout_.slot_bytes();
-  const uint64_t n_slots = opt.cache_bytes / sb;
-  const uint64_t min_slots = static_cast<uint64_t>(cfg_.n_expert_used);
-  if (n_slots < min_slots) {
-    throw Error(strfmt("the expert cache (%.1f MiB) holds %llu experts; at least %llu (%.1f MiB) are needed to "
-                       "compute one token's layer", opt.cache_bytes / 1048576.0,
-                       static_cast<unsigned long long>(n_slots), static_cast<unsigned long long>(min_slots),
-                       min_slots * sb / 1048576.0));
-  }
+  std::vector<uint64_t> layer_slot(static_cast<size_t>(cfg_.n_layer));
+  for (int l = 0; l < cfg_.n_layer; ++l) layer_slot[static_cast<size_t>(l)] = layout_.slot_bytes(l);
+  class_plan_ = plan_slot_classes(layer_slot, cfg_.n_expert, cfg_.n_expert_used, opt.cache_bytes);
   storage::IoOptions io = opt.io;
   io.queue_depth = opt.queue_depth;
   io.n_threads = opt.io_threads;
   io.prefetch_bytes = opt.prefetch_inflight > 0 ? opt.prefetch_inflight : 2 * sb;
   io_ = storage::make_io_engine(opt.io_mode, file_, io);
-  arena_ = storage::AlignedBuffer(static_cast<size_t>(n_slots * sb), storage::kDirectIoAlign);
+  uint64_t arena_bytes = 0;
+  size_t n_slots = 0;
+  for (const auto& c : class_plan_) {
+    arena_bytes += static_cast<uint64_t>(c.n_slots) * c.slot_bytes;
+    n_slots += static_cast<size_t>(c.n_slots);
+  }
+  arena_ = storage::AlignedBuffer(static_cast<size_t>(arena_bytes), storage::kDirectIoAlign);
   // The cache is the budget's: take its pages now (first-touch faults would otherwise land on the
   // first reads into each slot, inside the token loop).
   std::memset(arena_.data(), 0, arena_.size());
-  slots_.resize(static_cast<size_t>(n_slots));
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    slots_[i].data = arena_.data() + i * sb;
-    free_slots_.push_back(static_cast<int>(slots_.size() - 1 - i));
+  slots_.resize(n_slots);
+  layer_pool_.assign(static_cast<size_t>(cfg_.n_layer), 0);
+  pools_.resize(class_plan_.size());
+  uint64_t offset = 0;
+  size_t si = 0;
+  for (size_t c = 0; c < class_plan_.size(); ++c) {
+    const SlotClassPlan& cp = class_plan_[c];
+    for (int l : cp.layers) layer_pool_[static_cast<size_t>(l)] = static_cast<int>(c);
+    const size_t first = si;
+    for (int i = 0; i < cp.n_slots; ++i, ++si) {
+      slots_[si].data = arena_.data() + offset;
+      slots_[si].cls = static_cast<int>(c);
+      offset += cp.slot_bytes;
+    }
+    for (size_t i = si; i > first; --i) pools_[c].free.push_back(static_cast<int>(i - 1));
+    cache::PolicyParams pp;
+    pp.capacity = static_cast<size_t>(cp.n_slots);
+    pp.n_layers = cfg_.n_layer;
+    pp.top_k = cfg_.n_expert_used;
+    pools_[c].policy = cache::make_policy(opt.policy, pp);
+    stats_.slot_classes.emplace_back(cp.slot_bytes, cp.n_slots);
   }
   key_slot_.assign(static_cast<size_t>(cfg_.n_layer) * static_cast<size_t>(cfg_.n_expert), -1);
-  cache::PolicyParams pp;
-  pp.capacity = slots_.size();
-  pp.n_layers = cfg_.n_layer;
-  pp.top_k = cfg_.n_expert_used;
-  policy_ = cache::make_policy(opt.policy, pp);
   uint64_t per_token = 0;
   for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
   prefetch_budget_bytes_ = static_cast<uint64_t>(opt.prefetch_budget * static_cast<double>(per_token));
@@ -138,7 +213,7 @@ size_t StreamingExperts::index(cache::ExpertKey k) const {
 void StreamingExperts::evict(int si) {
   Slot& s = slots_[static_cast<size_t>(si)];
   LES_ASSERT(s.state == SlotState::ready && s.pins == 0);
-  policy_->on_evict(s.key);
+  policy_of(s.key).on_evict(s.key);
   if (s.prefetched && !s.waste_counted) {
     stats_.layers[static_cast<size_t>(cache::key_layer(s.key))].bytes_wasted += layout_.expert_bytes(cache::key_layer(s.key));
   }
@@ -146,18 +221,19 @@ void StreamingExperts::evict(int si) {
   reset_slot(s);
 }
 
-int StreamingExperts::acquire_slot(bool demand) {
-  if (!free_slots_.empty()) {
-    const int si = free_slots_.back();
-    free_slots_.pop_back();
+int StreamingExperts::acquire_slot(int layer, bool demand) {
+  SlotPool& pool = pools_[static_cast<size_t>(layer_pool_[static_cast<size_t>(layer)])];
+  if (!pool.free.empty()) {
+    const int si = pool.free.back();
+    pool.free.pop_back();
     return si;
   }
   // Expired guesses go first: a prefetched expert whose layer passed without selecting it is
   // the least valuable entry (it must not push out experts that real routing used).
-  if (!stale_guesses_.empty()) {
-    while (!stale_guesses_.empty()) {
-      const int si = stale_guesses_.back();
-      stale_guesses_.pop_back();
+  if (!pool.stale.empty()) {
+    while (!pool.stale.empty()) {
+      const int si = pool.stale.back();
+      pool.stale.pop_back();
       Slot& s = slots_[static_cast<size_t>(si)];
       if (s.state == SlotState::ready && s.pins == 0 && s.prefetched && s.protect_until < step_) {
         evict(si);
@@ -166,7 +242,7 @@ int StreamingExperts::acquire_slot(bool demand) {
     }
   }
   cache::ExpertKey victim = 0;
-  const bool found = policy_->victim(
+  const bool found = pool.policy->victim(
       [&](cache::ExpertKey k) {
         const int si = slot_of(k);
         if (si < 0) return false;
@@ -224,9 +300,9 @@ void StreamingExperts::on_complete(const storage::IoCompletion& c) {
     }
     const cache::ExpertKey key = s.key;
     key_slot_[index(key)] = -1;
-    policy_->on_evict(key);
+    policy_of(key).on_evict(key);
     reset_slot(s);
-    free_slots_.push_back(si);
+    pools_[static_cast<size_t>(s.cls)].free.push_back(si);
     throw Error(strfmt("reading expert %d of layer %d failed after retries: %s", cache::key_expert(key), layer,
                        failure.c_str()));
   }
@@ -340,10 +416,10 @@ bool StreamingExperts::cancel_prefetch(int si) {
   Slot& s = slots_[static_cast<size_t>(si)];
   if (s.state != SlotState::loading || !s.prefetched || s.pins > 0 || !io_->cancel(s.tag)) return false;
   tag_slot_.erase(s.tag);
-  policy_->on_evict(s.key);
+  policy_of(s.key).on_evict(s.key);
   key_slot_[index(s.key)] = -1;
   reset_slot(s);
-  free_slots_.push_back(si);
+  pools_[static_cast<size_t>(s.cls)].free.push_back(si);
   return true;
 }
 
@@ -409,7 +485,7 @@ void StreamingExperts::issue_prefetch(int layer) {
 bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) {
   LayerStreamStats& ls = stats_.layers[static_cast<size_t>(layer)];
   const uint64_t eb = layout_.expert_bytes(layer);
-  policy_->on_predict(key, clock_);
+  policy_of(key).on_predict(key, clock_);
   const int si = slot_of(key);
   if (si >= 0) {
     Slot& s = slots_[static_cast<size_t>(si)];
@@ -426,14 +502,14 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
     ++ls.prefetch_throttled;
     return true;  // later guesses may be better ones
   }
-  const int ns = acquire_slot(false);
+  const int ns = acquire_slot(cache::key_layer(key), false);
   if (ns < 0) return false;
   Slot& s = slots_[static_cast<size_t>(ns)];
   s.prefetched = true;
   s.guess = static_cast<uint8_t>(guess);
   ++stats_.guess_issued[guess];
   s.protect_until = step_ + 2;
-  policy_->on_insert(key, clock_);
+  policy_of(key).on_insert(key, clock_);
   // Deep guesses read only into the disk's idle time (they must not delay nearer reads); the
   // oracle's are certain and go as prefetches.
   s.speculative = guess == kGuessAhead2 && !oracle_replay();
@@ -482,7 +558,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       s.protect_until = 0;
       if (s.prefetched && !s.waste_counted) record_guess(s.guess, false);
       if (s.prefetched) {
-        stale_guesses_.push_back(si);
+        pools_[static_cast<size_t>(s.cls)].stale.push_back(si);
         if (!s.waste_counted) ls.bytes_wasted += eb;
         s.waste_counted = true;
       }
@@ -493,7 +569,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   const bool have_ahead2 = ahead2_valid_[static_cast<size_t>(layer)] != 0;
   ahead2_valid_[static_cast<size_t>(layer)] = 0;
 
-  policy_->on_route(layer, ids.data(), static_cast<int>(n), clock_);
+  policy_of_layer(layer).on_route(layer, ids.data(), static_cast<int>(n), clock_);
   if (opt_.oracle && opt_.oracle_record) opt_.oracle->record(oracle_step_, layer, ids);
 
   // Classify: resident (compute first), in flight (promote), missing (demand read).
@@ -536,7 +612,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
 
   auto issue_deferred = [&] {
     while (!deferred.empty()) {
-      const int si = acquire_slot(true);
+      const int si = acquire_slot(layer, true);
       if (si < 0) return;
       const size_t i = deferred.front();
       deferred.erase(deferred.begin());
@@ -545,7 +621,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
       s.prefetched = false;
       s.demand_fresh = true;  // the policy counts a demand insert as this use
       s.pins = 1;
-      policy_->on_insert(key, clock_++);
+      policy_of(key).on_insert(key, clock_++);
       submit_read(si, key, storage::IoPriority::demand);
       ls.bytes_demand += eb;
       slot_of_i[i] = si;
@@ -569,7 +645,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
     if (s.demand_fresh) {
       s.demand_fresh = false;
     } else {
-      policy_->on_hit(s.key, clock_++);
+      policy_of(s.key).on_hit(s.key, clock_++);
     }
     done[i] = 1;
   };

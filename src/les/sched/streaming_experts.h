@@ -122,9 +122,26 @@ struct StreamStats {
   LayerStreamStats total() const;
   uint64_t tokens = 0;           // tokens evaluated (batches count their tokens)
   int n_slots = 0;
-  uint64_t slot_bytes = 0;
+  uint64_t slot_bytes = 0;      // the largest slot
+  std::vector<std::pair<uint64_t, int>> slot_classes;  // (slot bytes, slots) per pool
   storage::IoCounters io{};
 };
+
+// Slot classes: a file whose layers hold experts of different types (mixed precision) needs slots
+// of different sizes. Layers whose experts need the same slot size share a pool of slots with its
+// own eviction policy; the cache's bytes are split between the pools in proportion to the bytes of
+// the experts each pool serves (every pool then holds about the same fraction of its experts, as
+// one pool of equal slots would), at least min_slots slots each, leftovers to the pool holding the
+// smallest fraction. One size: one pool of cache_bytes / size slots, as before.
+struct SlotClassPlan {
+  uint64_t slot_bytes = 0;
+  std::vector<int> layers;
+  int n_slots = 0;
+};
+// layer_slot_bytes: [n_layer]. Throws les::Error (naming the sizes) when the cache cannot give
+// every pool min_slots slots.
+std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_slot_bytes, int n_expert,
+                                             int min_slots, uint64_t cache_bytes);
 
 class StreamingExperts final : public ExpertSource {
  public:
@@ -141,6 +158,7 @@ class StreamingExperts final : public ExpertSource {
   const StreamStats& stats() const { return stats_; }
   void reset_stats();
   int n_slots() const { return static_cast<int>(slots_.size()); }
+  const std::vector<SlotClassPlan>& slot_classes() const { return class_plan_; }
   uint64_t slot_bytes() const { return layout_.slot_bytes(); }
   // Bytes a cache of n slots needs (for budget arithmetic).
   static uint64_t slot_bytes_for(const Model& model, storage::IoMode mode);
@@ -159,7 +177,14 @@ class StreamingExperts final : public ExpertSource {
     bool speculative = false;    // being read at speculative I/O priority
     uint64_t protect_until = 0;  // step (layer counter) until which a prediction protects it
     uint8_t* data = nullptr;
+    int cls = 0;                 // slot class (pool) of the slot
     int retries = 0;
+  };
+  // A pool of equal slots (plan_slot_classes) with its own eviction policy.
+  struct SlotPool {
+    std::unique_ptr<cache::EvictionPolicy> policy;
+    std::vector<int> free;   // free slots
+    std::vector<int> stale;  // slots holding prefetched experts predicted wrongly
   };
 
   static void reset_slot(Slot& s);  // back to free, keeping its memory
@@ -168,8 +193,13 @@ class StreamingExperts final : public ExpertSource {
   bool cancel_prefetch(int si);
   int slot_of(cache::ExpertKey k) const { return key_slot_[index(k)]; }
   size_t index(cache::ExpertKey k) const;
-  // A free slot, evicting if needed; -1 if none can be had. demand: may evict protected slots.
-  int acquire_slot(bool demand);
+  // A free slot of `layer`'s pool, evicting if needed; -1 if none can be had. demand: may evict
+  // protected slots.
+  int acquire_slot(int layer, bool demand);
+  cache::EvictionPolicy& policy_of_layer(int layer) {
+    return *pools_[static_cast<size_t>(layer_pool_[static_cast<size_t>(layer)])].policy;
+  }
+  cache::EvictionPolicy& policy_of(cache::ExpertKey k) { return policy_of_layer(cache::key_layer(k)); }
   void evict(int slot);
   void submit_read(int slot, cache::ExpertKey key, storage::IoPriority prio);
   // Processes completions (blocking up to timeout_us if block); returns how many arrived.
@@ -201,12 +231,12 @@ class StreamingExperts final : public ExpertSource {
   std::shared_ptr<storage::ReadFile> file_;
   ExpertLayout layout_;
   std::unique_ptr<storage::IoEngine> io_;
-  std::unique_ptr<cache::EvictionPolicy> policy_;
+  std::vector<SlotClassPlan> class_plan_;
+  std::vector<SlotPool> pools_;               // [class]
+  std::vector<int> layer_pool_;               // [layer] -> class
   storage::AlignedBuffer arena_;
   std::vector<Slot> slots_;
   std::vector<int> key_slot_;                 // [layer * n_expert + e] -> slot or -1
-  std::vector<int> free_slots_;
-  std::vector<int> stale_guesses_;            // slots holding prefetched experts predicted wrongly
   std::unordered_map<uint64_t, int> tag_slot_;  // pending read tag -> slot
   uint64_t next_tag_ = 1;
   uint64_t clock_ = 0;                        // access clock for the policy

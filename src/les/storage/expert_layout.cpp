@@ -53,6 +53,7 @@ ExpertLayout::ExpertLayout(const Model& model, uint64_t alignment)
         slot += part_read_span(*stacks[p]);
       }
     }
+    ll.slot_bytes = slot;
     slot_bytes_ = std::max(slot_bytes_, slot);
     // Checksums cover gate+up+down back to back from the extent's first byte.
     const pack::PackedLayer* pl = packed ? packed->layer(l) : nullptr;

@@ -41,6 +41,8 @@ class ExpertLayout {
   uint64_t alignment() const { return align_; }
   // Bytes one cache slot needs (the largest layer's expert, padded reads included).
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // Bytes a slot for one of `layer`'s experts needs (layers of different types differ).
+  uint64_t slot_bytes(int layer) const { return layers_[static_cast<size_t>(layer)].slot_bytes; }
   // Bytes of the expert's own data (what must be read at minimum).
   uint64_t expert_bytes(int layer) const { return layers_[static_cast<size_t>(layer)].data_bytes; }
   // Whether every expert of `layer` is one extent (packed layout): reads() returns one read.
@@ -67,6 +69,7 @@ class ExpertLayout {
   struct LayerLayout {
     Part parts[3];  // gate, up, down
     uint64_t data_bytes = 0;
+    uint64_t slot_bytes = 0;
     bool one_extent = false;
     uint64_t first = 0;   // one extent: file offset of expert 0's first byte (lowest part)
     uint64_t stride = 0;  // one extent: bytes between consecutive experts' extents
