@@ -33,10 +33,8 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
   }
   const std::vector<TensorGroup> groups = tensor_groups(f);
   MixedRecipe r;
-  uint64_t group_src = 0;
   std::set<std::string> in_group;
   for (const TensorGroup& g : groups) {
-    group_src += g.src_bytes();
     for (const auto& t : g.tensors) in_group.insert(t.name);
   }
   uint64_t other = 0;
