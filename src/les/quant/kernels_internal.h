@@ -18,6 +18,7 @@ namespace les {
 // for vec_dot.
 void fill_kernel_table_scalar(KernelTable& t);  // quant_ref.cpp: every entry of every type
 void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+F16C+BMI2)
+void fill_kernel_table_avx2_tiles(KernelTable& t);  // kernels_tiles_avx2.cpp (tiles on AVX2, over the above)
 void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 + AVX-VNNI)
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
 void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
