@@ -62,4 +62,11 @@ void fill_kernel_table_avx2_tiles(KernelTable& t) {
   set_int<tiles::KIQ4XS>(t, Type::IQ4_XS);
 }
 
+void dpbusd_avx2_emulated(const int32_t* acc, const uint8_t* u, const int8_t* s, int32_t* out, bool u7) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc));
+  const __m256i uv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u));
+  const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), u7 ? DpAvx2::dpbusd_u7(a, uv, sv) : DpAvx2::dpbusd(a, uv, sv));
+}
+
 }  // namespace les
