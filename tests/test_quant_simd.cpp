@@ -22,6 +22,7 @@
 
 #include "les/quant/blocks.h"
 #include "les/quant/kernels.h"
+#include "les/quant/kernels_internal.h"
 #include "les/quant/types.h"
 #include "les/util/fp16.h"
 
@@ -865,6 +866,50 @@ TEST_P(QuantSimd, GemmOfModelShape) {
   Gen g(29);
   for (Type wt : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_0, Type::F16}) {
     check_gemm(simd_, wt, 2048, 37, 23, 0, 0, g, Fill::random, ActFill::random, "model shape");
+  }
+}
+
+// The AVX2 tiles' vpdpbusd emulation against integer arithmetic: every (u, s) byte pair in all
+// four products of a lane (u = 255 with s = -128 saturates a plain vpmaddubsw), accumulators near
+// the int32 limits, and random bytes; the u <= 127 path on every u <= 127.
+TEST(DpbusdAvx2, ExactForEveryBytePair) {
+  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(7);
+  uint8_t u[32];
+  int8_t s[32];
+  int32_t acc[8], out[8], out7[8];
+  auto check = [&](bool u7_too) {
+    dpbusd_avx2_emulated(acc, u, s, out, false);
+    if (u7_too) dpbusd_avx2_emulated(acc, u, s, out7, true);
+    for (int i = 0; i < 8; ++i) {
+      int64_t want = acc[i];
+      for (int k = 0; k < 4; ++k) want += int64_t{u[4 * i + k]} * s[4 * i + k];
+      ASSERT_EQ(out[i], static_cast<int32_t>(want)) << "lane " << i << " u " << int{u[4 * i]} << " s " << int{s[4 * i]};
+      if (u7_too) {
+        ASSERT_EQ(out7[i], static_cast<int32_t>(want)) << "u7 lane " << i << " u " << int{u[4 * i]};
+      }
+    }
+  };
+  for (int x = 0; x < 256; ++x) {
+    for (int y0 = 0; y0 < 256; y0 += 8) {
+      for (int i = 0; i < 8; ++i) {
+        for (int k = 0; k < 4; ++k) {
+          u[4 * i + k] = static_cast<uint8_t>(x);
+          s[4 * i + k] = static_cast<int8_t>(y0 + i - 128);
+        }
+        acc[i] = (x + i) % 3 == 0 ? 0 : (x % 2 ? std::numeric_limits<int32_t>::max() - 130000 : std::numeric_limits<int32_t>::min() + 131072);
+      }
+      check(x <= 127);
+    }
+  }
+  for (int rep = 0; rep < 2000; ++rep) {
+    const bool small = rep % 2;
+    for (int j = 0; j < 32; ++j) {
+      u[j] = static_cast<uint8_t>(small ? rng() % 128 : rng());
+      s[j] = static_cast<int8_t>(rng());
+    }
+    for (int i = 0; i < 8; ++i) acc[i] = static_cast<int32_t>(rng() % 2000001) - 1000000;
+    check(small);
   }
 }
 

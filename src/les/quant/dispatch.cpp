@@ -108,7 +108,8 @@ Tables build_tables() {
     drop_stale_gemms(t, b);
     s.present[static_cast<int>(isa)] = true;
   };
-  derive(Isa::avx2, Isa::scalar, {fill_kernel_table_avx2, fill_dequantizers_avx2, fill_fast_quantizers_avx2});
+  derive(Isa::avx2, Isa::scalar,
+         {fill_kernel_table_avx2, fill_kernel_table_avx2_tiles, fill_dequantizers_avx2, fill_fast_quantizers_avx2});
   derive(Isa::avx_vnni, Isa::avx2, {fill_kernel_table_avx_vnni});
   derive(Isa::avx512, Isa::avx2, {fill_kernel_table_avx512, fill_fast_quantizers_avx512});
 #endif

@@ -18,9 +18,14 @@ namespace les {
 // for vec_dot.
 void fill_kernel_table_scalar(KernelTable& t);  // quant_ref.cpp: every entry of every type
 void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+F16C+BMI2)
+void fill_kernel_table_avx2_tiles(KernelTable& t);  // kernels_tiles_avx2.cpp (tiles on AVX2, over the above)
 void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 + AVX-VNNI)
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
 void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
+
+// The AVX2 tiles' emulation of vpdpbusd (kernels_tiles_avx2.cpp), exposed for the tests: out[i] =
+// acc[i] + sum_k u[4i + k] * s[4i + k] for i < 8 (u7: the path for u <= 127 only). Needs AVX2.
+void dpbusd_avx2_emulated(const int32_t* acc, const uint8_t* u, const int8_t* s, int32_t* out, bool u7);
 
 // Whether the CPU (and OS) support AVX512-BF16. The avx512 ISA level does not require it, so
 // kernels using AVX512-BF16 instructions must be registered only when this returns true.

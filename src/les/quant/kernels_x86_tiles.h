@@ -462,6 +462,17 @@ constexpr size_t kQ81_d = offsetof(block_q8_1, d);
 constexpr size_t kQ81_s = offsetof(block_q8_1, s);
 constexpr size_t kQ81_qs = offsetof(block_q8_1, qs);
 
+// dpbusd for unsigned bytes u <= MaxU: the policy's cheaper dpbusd_u7 where it has one and
+// MaxU <= 127 (the same exact sums).
+template <class P, int MaxU>
+inline typename P::VI dpbusd_max(typename P::VI acc, typename P::VI u, typename P::VI y) {
+  if constexpr (MaxU <= 127 && requires { P::dpbusd_u7(acc, u, y); }) {
+    return P::dpbusd_u7(acc, u, y);
+  } else {
+    return P::dpbusd(acc, u, y);
+  }
+}
+
 // The 32 codes (nibbles) of two 16-byte halves at p0, p1 as [lo(p0) hi(p0) lo(p1) hi(p1)]
 // (p1 == nullptr: upper half zero).
 template <class P>
@@ -473,6 +484,7 @@ inline typename P::VI nibbles2(const uint8_t* p0, const uint8_t* p1) {
 struct KQ4_0 {
   using Block = block_q4_0;
   static constexpr int kOffset = 8;
+  static constexpr int kMaxU = 15;
   static constexpr bool kMin = false;
   template <class P>
   static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
@@ -482,6 +494,7 @@ struct KQ4_0 {
 struct KIQ4NL {
   using Block = block_iq4_nl;
   static constexpr int kOffset = 128;
+  static constexpr int kMaxU = 255;
   static constexpr bool kMin = false;
   template <class P>
   static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
@@ -493,6 +506,7 @@ template <bool One>
 struct KQ5 {
   using Block = std::conditional_t<One, block_q5_1, block_q5_0>;
   static constexpr int kOffset = One ? 0 : 16;
+  static constexpr int kMaxU = 31;
   static constexpr bool kMin = One;
   template <class P>
   static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
@@ -504,6 +518,7 @@ struct KQ5 {
 struct KQ4_1 {
   using Block = block_q4_1;
   static constexpr int kOffset = 0;
+  static constexpr int kMaxU = 15;
   static constexpr bool kMin = true;
   template <class P>
   static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
@@ -514,6 +529,7 @@ struct KQ4_1 {
 struct KQ8_0 {
   using Block = block_q8_0;
   static constexpr int kOffset = 128;
+  static constexpr int kMaxU = 255;
   static constexpr bool kMin = false;
   template <class P>
   static typename P::VI decode(const uint8_t* b0, const uint8_t* b1) {
@@ -564,11 +580,11 @@ inline void step_32(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_
       const VI yv = 2 * g + 1 < NB ? P::load32x2(y0 + a_qs, y0 + AB + a_qs) : P::load32_lo(y0 + a_qs);
       VI base = P::izero();
       if constexpr (W::kOffset != 0) {
-        base = P::sub32(P::izero(), P::dpbusd(P::izero(), P::set1_8(static_cast<char>(W::kOffset)), yv));
+        base = P::sub32(P::izero(), dpbusd_max<P, W::kOffset>(P::izero(), P::set1_8(static_cast<char>(W::kOffset)), yv));
       }
       const VF da = P::fsplat_pair(d4, g);
       for (int r = 0; r < R; ++r) {
-        const VI isum = P::dpbusd(base, u[r][g], yv);
+        const VI isum = dpbusd_max<P, W::kMaxU>(base, u[r][g], yv);
         acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r][g], da), acc[r][c]);
       }
     }
@@ -650,16 +666,16 @@ constexpr int64_t kActBlock = 16;
 
 // The product over tiles of at most MR rows x MC activation rows (MR1 rows when there is one
 // activation row); the first pass of each row tile over the activations prefetches the next row
-// tile.
-template <class K, int MR, int MC, int MR1 = MR>
+// tile (with one activation row only if PF1).
+template <class K, int MR, int MC, int MR1 = MR, bool PF1 = true>
 void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
                 int64_t ys) {
-  static_assert(MR1 <= MR);
-  static constexpr TileTable<K, MR, MC> table;
-  if (nc == 1 && MR1 < MR) {
+  static constexpr TileTable<K, (MR1 > MR ? MR1 : MR), MC> table;
+  if (nc == 1 && (MR1 != MR || !PF1)) {
     for (int64_t r0 = 0; r0 < nr; r0 += MR1) {
       const int64_t rr = nr - r0 < MR1 ? nr - r0 : MR1;
-      const uint8_t* next = r0 + MR1 < nr ? static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0 + MR1) * ws : nullptr;
+      const uint8_t* next =
+          PF1 && r0 + MR1 < nr ? static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0 + MR1) * ws : nullptr;
       table.fn[rr - 1][0](n, static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0) * ws, ws,
                           static_cast<const uint8_t*>(va), as, y + r0, ys, next);
     }
@@ -691,9 +707,28 @@ struct IntKernel {
   }
 };
 
+// P::R1, where the policy has it: the rows of a tile when there is one activation row; P::kPrefetch1:
+// whether those tiles prefetch the next rows (default true).
+template <class P>
+constexpr int rows_1() {
+  if constexpr (requires { P::R1; }) {
+    return P::R1;
+  } else {
+    return P::R;
+  }
+}
+template <class P>
+constexpr bool prefetch_1() {
+  if constexpr (requires { P::kPrefetch1; }) {
+    return P::kPrefetch1;
+  } else {
+    return true;
+  }
+}
+
 template <class P, class W>
 void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y, int64_t ys) {
-  gemm_tiles<IntKernel<P, W>, P::R, P::C>(n, w, ws, nr, a, as, nc, y, ys);
+  gemm_tiles<IntKernel<P, W>, P::R, P::C, rows_1<P>(), prefetch_1<P>()>(n, w, ws, nr, a, as, nc, y, ys);
 }
 
 template <class P, class W>
