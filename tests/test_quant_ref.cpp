@@ -987,7 +987,10 @@ TEST(QuantRefDispatch, IsaNamesAndDetection) {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-  const bool avx_vnni = avx2 && __builtin_cpu_supports("avxvnni");
+  // AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (older compilers lack the builtin's name for it).
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  const bool leaf7_1 = __get_cpuid_count(7, 1, &a7, &b7, &c7, &d7) != 0;
+  const bool avx_vnni = avx2 && leaf7_1 && (a7 & (1u << 4)) != 0;
   EXPECT_EQ(isa, avx512 ? Isa::avx512 : avx_vnni ? Isa::avx_vnni : avx2 ? Isa::avx2 : Isa::scalar);
   EXPECT_EQ(isa_supported(Isa::avx512), avx512);
   EXPECT_EQ(isa_supported(Isa::avx_vnni), avx_vnni);

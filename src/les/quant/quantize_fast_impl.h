@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 
 #include "les/quant/blocks.h"
@@ -566,8 +567,13 @@ struct FastQuant {
     pack_2bit_bytes(u, y->qs);
     y->d = d;
   }
-  template <bool kQ5, class Block>
-  static void pack_q45_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, Block* y) {
+  // vy: an unaligned block; built in an aligned local and copied out (a template argument cannot
+  // carry the aligned(1) typedef's attribute).
+  template <bool kQ5>
+  static void pack_q45_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* vy) {
+    using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+    Block blk;
+    Block* y = &blk;
     uint8_t u[QK_K];
     to_bytes<QK_K>(L, 0, u);
     uint8_t sc8[8], mn8[8];
@@ -590,12 +596,13 @@ struct FastQuant {
     }
     y->d = d;
     y->dmin = dmin;
+    std::memcpy(vy, &blk, sizeof blk);
   }
   static void pack_q4_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* y) {
-    pack_q45_K<false>(L, sc, mn, d, dmin, reinterpret_cast<block_q4_K_u*>(y));
+    pack_q45_K<false>(L, sc, mn, d, dmin, y);
   }
   static void pack_q5_K(const float* L, const int* sc, const int* mn, half_bits d, half_bits dmin, uint8_t* y) {
-    pack_q45_K<true>(L, sc, mn, d, dmin, reinterpret_cast<block_q5_K_u*>(y));
+    pack_q45_K<true>(L, sc, mn, d, dmin, y);
   }
   static void pack_q6_K(const float* L, const int* sc, half_bits d, uint8_t* vy) {
     auto* y = reinterpret_cast<block_q6_K_u*>(vy);
