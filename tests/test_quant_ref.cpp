@@ -1075,3 +1075,21 @@ TEST(QuantRefDispatch, ActTypesAndErrors) {
 
 }  // namespace
 }  // namespace les
+
+// LES_ISA picks the default kernel ISA among those the CPU runs; anything else falls back to the
+// detected one (with a warning).
+TEST(QuantRefDispatch, LesIsaEnvironmentChoosesTheDefault) {
+  const char* old = std::getenv("LES_ISA");
+  const std::string saved = old ? old : "";
+  setenv("LES_ISA", "scalar", 1);
+  EXPECT_EQ(les::default_isa(), les::Isa::scalar);
+  if (les::isa_supported(les::Isa::avx2)) {
+    setenv("LES_ISA", "avx2", 1);
+    EXPECT_EQ(les::default_isa(), les::Isa::avx2);
+  }
+  setenv("LES_ISA", "no-such-isa", 1);
+  EXPECT_EQ(les::default_isa(), les::detect_isa());
+  unsetenv("LES_ISA");
+  EXPECT_EQ(les::default_isa(), les::detect_isa());
+  if (old) setenv("LES_ISA", saved.c_str(), 1);
+}

@@ -5,6 +5,8 @@
 // are immutable. The only mutable global is the pointer to the active table (an atomic).
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -212,10 +214,23 @@ const KernelTable* kernel_table(Isa isa) {
   return s.present[i] ? &s.table[i] : nullptr;
 }
 
+Isa default_isa() {
+  const Isa best = detect_isa();
+  const char* env = std::getenv("LES_ISA");
+  if (!env || !*env) return best;
+  Isa want;
+  if (!parse_isa(env, want) || !isa_supported(want) || !kernel_table(want)) {
+    std::fprintf(stderr, "les: LES_ISA=%s is not a kernel ISA this CPU runs (scalar, avx2, avxvnni, avx512); using %s\n",
+                 env, isa_name(best));
+    return best;
+  }
+  return want;
+}
+
 const KernelTable& kernels() {
   const KernelTable* p = g_active.load(std::memory_order_acquire);
   if (p) return *p;
-  const KernelTable* best = kernel_table(detect_isa());
+  const KernelTable* best = kernel_table(default_isa());
   LES_ASSERT(best != nullptr);
   // Another thread may have set it meanwhile (first use or set_active_isa): keep theirs.
   if (g_active.compare_exchange_strong(p, best, std::memory_order_acq_rel)) return *best;

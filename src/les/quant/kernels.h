@@ -22,6 +22,9 @@ bool parse_isa(const char* name, Isa& isa);
 bool isa_supported(Isa isa);
 // Best ISA this CPU supports (cpuid + OS support).
 Isa detect_isa();
+// The ISA used unless --isa / set_active_isa chooses: LES_ISA (scalar, avx2, avxvnni, avx512) if set
+// and supported (else a warning on stderr), otherwise detect_isa().
+Isa default_isa();
 
 // Type the activations are quantized to for products with weights of type w:
 // K-quants, IQ4_XS -> Q8_K; Q4_0/Q5_0/Q8_0/IQ4_NL -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16;
