@@ -12,6 +12,8 @@
 #include "les/sched/stream_report.h"
 #include "les/sched/streaming_experts.h"
 #include "les/session/generate.h"
+#include "les/spec/make_drafter.h"
+#include "les/spec/spec_report.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
 
@@ -54,7 +56,15 @@ int cmd_run(int argc, char** argv) {
           {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
           {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                       "les pack); a mismatch is an error naming the layer and expert"},
-          {{"--stats"}, false, "print expert streaming statistics (per layer) at the end"},
+          {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), ngram "
+                             "(prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
+          {{"--draft", "-md"}, true, "the draft model for --spec draft", "FILE"},
+          {{"--draft-max"}, true, "tokens drafted per round at most (default 6)", "N"},
+          {{"--draft-min"}, true, "a round drafts at least N tokens or none (default 0)", "N"},
+          {{"--draft-p-min"}, true, "cut a draft at the first token whose drafter confidence is below P (default 0)", "P"},
+          {{"--spec-fixed"}, false, "always draft --draft-max tokens (default: load-aware depth, chosen each round from "
+                                    "measured acceptance and verification cost; 0 when speculation does not pay)"},
+          {{"--stats"}, false, "print expert streaming and speculation statistics at the end"},
           {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
@@ -95,6 +105,30 @@ int cmd_run(int argc, char** argv) {
   if (cp.n_ctx < 0) throw Error("--ctx-size must be >= 0");
   if (cp.n_ctx == 0) cp.n_ctx = std::min(model->config().n_ctx_train, 4096);
 
+  DrafterOptions dopt;
+  dopt.kind = a.str("--spec", "none");
+  dopt.draft_path = a.str("--draft", "");
+  dopt.n_threads = cp.n_threads;
+  dopt.n_ctx = cp.n_ctx;
+  dopt.sampling = gp.sampling;
+  std::unique_ptr<Drafter> drafter = make_drafter(dopt, *model);
+  if (drafter) {
+    gp.drafter = drafter.get();
+    gp.depth.k_max = static_cast<int>(a.i64("--draft-max", 6));
+    gp.depth.k_min = static_cast<int>(a.i64("--draft-min", 0));
+    gp.depth.adaptive = !a.has("--spec-fixed");
+    gp.draft_p_min = static_cast<float>(a.f64("--draft-p-min", 0.0));
+    if (gp.depth.k_max < 1 || gp.depth.k_max > 64) throw Error("--draft-max must be in [1, 64]");
+    if (gp.depth.k_min < 0 || gp.depth.k_min > gp.depth.k_max) throw Error("--draft-min must be in [0, --draft-max]");
+    if (gp.draft_p_min < 0 || gp.draft_p_min > 1) throw Error("--draft-p-min must be in [0, 1]");
+  } else {
+    for (const char* f : {"--draft", "--draft-max", "--draft-min", "--draft-p-min", "--spec-fixed"}) {
+      if (a.has(f)) throw Error(strfmt("%s needs --spec", f));
+    }
+  }
+
+  if (a.has("--stats") && !streaming && !drafter) throw Error("--stats needs --mem (expert streaming) or --spec");
+
   std::unique_ptr<StreamingExperts> experts;
   BudgetPlan plan;
   if (streaming) {
@@ -115,13 +149,13 @@ int cmd_run(int argc, char** argv) {
     if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
     if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
     plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
-                       StreamingExperts::slot_bytes_for(*model, so.io_mode));
+                       StreamingExperts::slot_bytes_for(*model, so.io_mode), drafter ? drafter->resident_bytes() : 0);
     so.cache_bytes = plan.cache;
     experts = std::make_unique<StreamingExperts>(*model, so);
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
-                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2", "--prefetch-ahead2", "--throttle", "--stats", "--stats-json", "--verify-reads"}) {
+                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2", "--prefetch-ahead2", "--throttle", "--stats-json", "--verify-reads"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }
@@ -134,7 +168,18 @@ int cmd_run(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
+  uint64_t bytes_at_first = 0;
+  bool first = true;
+  auto bytes_read = [&] {
+    if (!experts) return uint64_t{0};
+    const LayerStreamStats t = experts->stats().total();
+    return t.bytes_demand + t.bytes_prefetch;
+  };
   const GenerateStats st = generate(ctx, tok, ids, gp, [&](int32_t, const std::string& piece) {
+    if (first) {
+      bytes_at_first = bytes_read();
+      first = false;
+    }
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
@@ -145,6 +190,9 @@ int cmd_run(int argc, char** argv) {
                "final logits hash: %s\n",
                st.n_prompt, st.prompt_seconds, st.prompt_tps(), st.n_generated, st.gen_tps(), st.stop_reason.c_str(),
                hex64(st.final_logits_hash).c_str());
+  if (drafter && a.has("--stats")) {
+    std::fprintf(stderr, "%s", format_spec_stats(st, bytes_read() - bytes_at_first).c_str());
+  }
   if (experts) {
     RunSummary rs;
     rs.decode_tps = st.gen_tps();

@@ -76,7 +76,25 @@ void Sampler::apply_penalty(std::vector<Cand>& c) const {
 }
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
+  distribution(logits, n_vocab, dist_);
+  return draw(dist_);
+}
+
+int32_t Sampler::draw(const std::vector<TokenProb>& dist) {
+  if (dist.empty()) throw Error("sampler: empty distribution");
+  if (dist.size() == 1) return dist[0].id;
+  const double r = rng_.uniform();
+  double cum = 0;
+  for (const TokenProb& t : dist) {
+    cum += t.p;
+    if (r < cum) return t.id;
+  }
+  return dist.back().id;
+}
+
+void Sampler::distribution(const float* logits, int n_vocab, std::vector<TokenProb>& out) {
   if (n_vocab <= 0) throw Error(strfmt("sampler: n_vocab = %d", n_vocab));
+  out.clear();
   cand_.resize(n_vocab);
   for (int i = 0; i < n_vocab; ++i) cand_[i] = {clean(logits[i]), i};
   apply_penalty(cand_);
@@ -86,7 +104,8 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
     for (int i = 1; i < n_vocab; ++i) {
       if (cand_[i].logit > cand_[best].logit) best = i;
     }
-    return best;
+    out.push_back({best, 1.0});
+    return;
   }
 
   auto before = [](const Cand& a, const Cand& b) {
@@ -135,15 +154,13 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
     n = keep;
   }
 
-  if (n == 1 || std::isinf(cand_[0].logit)) return cand_[0].id;
-  softmax(n, 1.0 / static_cast<double>(p_.temp));
-  const double r = rng_.uniform();
-  double cum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    cum += prob[i];
-    if (r < cum) return cand_[i].id;
+  if (n == 1 || std::isinf(cand_[0].logit)) {
+    out.push_back({cand_[0].id, 1.0});
+    return;
   }
-  return cand_[n - 1].id;
+  softmax(n, 1.0 / static_cast<double>(p_.temp));
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back({cand_[i].id, prob[i]});
 }
 
 }  // namespace les

@@ -31,6 +31,12 @@ class Rng {
   uint64_t s_[4];
 };
 
+// One candidate of a sampling distribution.
+struct TokenProb {
+  int32_t id;
+  double p;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p = {});
@@ -38,6 +44,14 @@ class Sampler {
   // Picks the next token from raw logits (n_vocab values; not modified). Does not record it:
   // call accept() with the token that is actually used.
   int32_t sample(const float* logits, int n_vocab);
+  // The distribution sample() draws from: the candidates left after the penalty, top-k, top-p and
+  // min-p, in draw order, with their probabilities at the temperature (summing to 1). Greedy
+  // (temp <= 0) and a single survivor give one candidate with p = 1. Consumes no randomness.
+  void distribution(const float* logits, int n_vocab, std::vector<TokenProb>& out);
+  // Draws from a distribution as sample() does (no randomness used for one candidate).
+  int32_t draw(const std::vector<TokenProb>& dist);
+  // The sampler's PRNG (speculative acceptance draws from the same stream).
+  Rng& rng() { return rng_; }
   // Records a token (prompt or generated) for the repetition penalty window.
   void accept(int32_t token);
   // Clears the penalty window and restarts the PRNG from the seed.
@@ -56,6 +70,7 @@ class Sampler {
   Rng rng_;
   std::deque<int32_t> window_;
   std::vector<Cand> cand_;
+  std::vector<TokenProb> dist_;
 };
 
 }  // namespace les

@@ -15,13 +15,15 @@ double mib(uint64_t b) { return static_cast<double>(b) / 1048576.0; }
 
 std::string BudgetPlan::describe() const {
   const std::string rec = recurrent ? strfmt(" + recurrent state %.1f", mib(recurrent)) : std::string();
-  return strfmt("budget %.1f MiB = dense %.1f + KV %.1f%s + work %.1f + overhead %.1f + expert cache %.1f "
+  const std::string dr = drafter ? strfmt(" + drafter %.1f", mib(drafter)) : std::string();
+  return strfmt("budget %.1f MiB = dense %.1f + KV %.1f%s + work %.1f + overhead %.1f%s + expert cache %.1f "
                 "(%llu slots of %.2f MiB)",
-                mib(total), mib(dense), mib(kv), rec.c_str(), mib(work), mib(overhead), mib(cache),
+                mib(total), mib(dense), mib(kv), rec.c_str(), mib(work), mib(overhead), dr.c_str(), mib(cache),
                 static_cast<unsigned long long>(n_slots), mib(slot_bytes));
 }
 
-BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes) {
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
+                       uint64_t drafter_bytes) {
   const ModelConfig& c = model.config();
   BudgetPlan p;
   p.total = mem_bytes;
@@ -41,14 +43,15 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
            static_cast<uint64_t>(n_ctx) * 4 * 2;
   p.overhead = 16ull << 20;  // code, libraries, tokenizer, allocator slack (measured ~12 MiB)
   p.slot_bytes = slot_bytes;
-  const uint64_t fixed = p.dense + p.kv + p.recurrent + p.work + p.overhead;
+  p.drafter = drafter_bytes;
+  const uint64_t fixed = p.dense + p.kv + p.recurrent + p.work + p.overhead + p.drafter;
   const uint64_t min_cache = slot_bytes * static_cast<uint64_t>(c.n_expert_used);
   if (mem_bytes < fixed + min_cache) {
     throw Error(strfmt("--mem %.1f MiB is too small: this model needs at least %.1f MiB (dense weights %.1f, "
-                       "KV cache %.1f at context %d, recurrent state %.1f, work buffers %.1f, overhead %.1f, and %d "
-                       "expert slots of %.2f MiB)",
+                       "KV cache %.1f at context %d, recurrent state %.1f, work buffers %.1f, overhead %.1f, drafter %.1f, "
+                       "and %d expert slots of %.2f MiB)",
                        mib(mem_bytes), mib(fixed + min_cache), mib(p.dense), mib(p.kv), n_ctx, mib(p.recurrent), mib(p.work),
-                       mib(p.overhead), c.n_expert_used, mib(slot_bytes)));
+                       mib(p.overhead), mib(p.drafter), c.n_expert_used, mib(slot_bytes)));
   }
   p.cache = mem_bytes - fixed;
   p.n_slots = p.cache / slot_bytes;

@@ -15,6 +15,7 @@ struct BudgetPlan {
   uint64_t recurrent = 0;  // recurrent (DeltaNet conv + delta-rule) state with its rollback snapshot
   uint64_t work = 0;       // activation buffers (estimate for the batch size)
   uint64_t overhead = 0;   // code, tokenizer, allocator slack
+  uint64_t drafter = 0;    // a speculative drafter's resident weights and caches
   uint64_t cache = 0;      // what is left for expert slots
   uint64_t slot_bytes = 0;
   uint64_t n_slots = 0;
@@ -22,8 +23,9 @@ struct BudgetPlan {
 };
 
 // Throws les::Error stating the minimum budget if dense + state + the minimal expert cache
-// (n_expert_used slots) do not fit.
-BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes);
+// (n_expert_used slots) do not fit. drafter_bytes: what a speculative drafter keeps resident.
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
+                       uint64_t drafter_bytes = 0);
 
 // Peak resident set size of this process so far (bytes).
 uint64_t peak_rss_bytes();

@@ -3,18 +3,16 @@
 #include <chrono>
 #include <cmath>
 
+#include "les/session/generate_internal.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
 
 namespace les {
 
-namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Non-finite logits mean non-finite weights (a corrupt file): sampling from them would emit
-// arbitrary tokens, so generation stops with an error instead.
 void check_finite(const float* logits, int n_vocab, int n_past) {
   for (int i = 0; i < n_vocab; ++i) {
     if (!std::isfinite(logits[i])) {
@@ -24,7 +22,6 @@ void check_finite(const float* logits, int n_vocab, int n_past) {
     }
   }
 }
-}  // namespace
 
 GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int32_t>& prompt,
                        const GenerateParams& p, const TokenCallback& on_token) {
@@ -34,6 +31,7 @@ GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int
     throw Error(strfmt("the prompt has %zu tokens but the context holds %d (raise -c / --ctx-size)", prompt.size(),
                        ctx.n_ctx() - ctx.n_past()));
   }
+  if (p.drafter) return generate_speculative(ctx, tok, prompt, p, on_token);
   const int n_vocab = ctx.model().config().n_vocab;
   Sampler sampler(p.sampling);
   for (int32_t t : prompt) sampler.accept(t);

@@ -1,0 +1,139 @@
+#include "les/spec/depth.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "les/util/error.h"
+
+namespace les {
+
+DepthController::DepthController(const DepthParams& p) : p_(p) {
+  if (p_.k_max < 0) throw Error(strfmt("--draft-max must be >= 0 (got %d)", p_.k_max));
+  if (p_.k_min < 0 || p_.k_min > p_.k_max) {
+    throw Error(strfmt("--draft-min must be in [0, --draft-max = %d] (got %d)", p_.k_max, p_.k_min));
+  }
+  t_verify_.assign(static_cast<size_t>(p_.k_max) + 2, -1.0);
+  t_draft_.assign(static_cast<size_t>(p_.k_max) + 1, -1.0);
+  t_draft_[0] = 0.0;
+  acc_n_.assign(static_cast<size_t>(p_.k_max) + 1, 0.0);
+  acc_d_.assign(static_cast<size_t>(p_.k_max) + 1, 0.0);
+}
+
+double DepthController::acceptance(int pos) const {
+  // prior: 1 accepted of 2 drafted (a neutral 0.5 that two rounds of evidence outweigh)
+  const size_t i = static_cast<size_t>(pos);
+  return (acc_n_[i] + 1.0) / (acc_d_[i] + 2.0);
+}
+
+double DepthController::expected_tokens(int k, const std::vector<float>* confidence) const {
+  double e = 1.0, run = 1.0;
+  for (int i = 1; i <= k; ++i) {
+    const bool have_conf = confidence && static_cast<size_t>(i) <= confidence->size();
+    run *= have_conf ? std::clamp(static_cast<double>((*confidence)[static_cast<size_t>(i) - 1]), 0.0, 1.0)
+                     : acceptance(i);
+    e += run;
+  }
+  return e;
+}
+
+// Linear interpolation between the nearest measured entries; beyond the last measured one the
+// slope of the last two (or proportional growth from one) extends it.
+double DepthController::estimate(const std::vector<double>& v, int i) const {
+  const int n = static_cast<int>(v.size());
+  if (v[static_cast<size_t>(i)] >= 0) return v[static_cast<size_t>(i)];
+  int lo = i - 1, hi = i + 1;
+  while (lo >= 0 && v[static_cast<size_t>(lo)] < 0) --lo;
+  while (hi < n && v[static_cast<size_t>(hi)] < 0) ++hi;
+  if (lo >= 0 && hi < n) {
+    const double f = static_cast<double>(i - lo) / (hi - lo);
+    return v[static_cast<size_t>(lo)] * (1 - f) + v[static_cast<size_t>(hi)] * f;
+  }
+  if (lo >= 0) {
+    int lo2 = lo - 1;
+    while (lo2 >= 0 && v[static_cast<size_t>(lo2)] < 0) --lo2;
+    const double slope = lo2 >= 0 ? (v[static_cast<size_t>(lo)] - v[static_cast<size_t>(lo2)]) / (lo - lo2)
+                                  : v[static_cast<size_t>(lo)] / std::max(lo, 1) * 0.5;
+    return v[static_cast<size_t>(lo)] + std::max(slope, 0.0) * (i - lo);
+  }
+  if (hi < n) return v[static_cast<size_t>(hi)];
+  return -1;
+}
+
+double DepthController::verify_seconds(int n) const { return estimate(t_verify_, n); }
+double DepthController::draft_seconds(int k) const { return std::max(estimate(t_draft_, k), 0.0); }
+
+int DepthController::choose(const std::vector<float>* confidence) {
+  if (p_.k_max == 0) return 0;
+  if (!p_.adaptive) return p_.k_max;
+  if (t_verify_[1] < 0) return 0;  // measure a plain step first: everything is compared with it
+  const double t1 = t_verify_[1];
+  for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
+    if (t_verify_[static_cast<size_t>(k) + 1] < 0) return k;  // an unmeasured depth: try it once
+  }
+  int best = 0;
+  double best_rate = 1.0 / t1;
+  for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
+    const double tv = verify_seconds(k + 1);
+    const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  if (best == 0) {
+    if (++rounds_since_probe_ >= p_.probe_every) {  // keep acceptance and costs current
+      rounds_since_probe_ = 0;
+      return std::max(p_.k_min, 1);
+    }
+  } else {
+    rounds_since_probe_ = 0;
+  }
+  return best;
+}
+
+int DepthController::trim(int drafted, double draft_s, const std::vector<float>& confidence) const {
+  if (!p_.adaptive || drafted <= 0 || t_verify_[1] < 0) return drafted;
+  int best = 0;
+  double best_rate = -1;
+  for (int j = 0; j <= drafted && j <= p_.k_max; ++j) {
+    const double tv = verify_seconds(j + 1);
+    if (tv <= 0) return drafted;  // unmeasured: verify all and measure
+    const double rate = expected_tokens(j, &confidence) / (draft_s + tv);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = j;
+    }
+  }
+  return best;
+}
+
+void DepthController::record_draft(int k, double seconds) {
+  if (k <= 0 || k > p_.k_max) return;
+  double& t = t_draft_[static_cast<size_t>(k)];
+  t = t < 0 ? seconds : t + p_.ema * (seconds - t);
+}
+
+void DepthController::record_verify(int n, double seconds) {
+  if (n < 1 || n > p_.k_max + 1) return;
+  double& t = t_verify_[static_cast<size_t>(n)];
+  t = t < 0 ? seconds : t + p_.ema * (seconds - t);
+}
+
+void DepthController::record_round(int drafted, int accepted) {
+  // Older rounds fade (the text, and so the acceptance, changes as generation goes on).
+  for (size_t i = 0; i < acc_n_.size(); ++i) {
+    acc_n_[i] *= p_.decay;
+    acc_d_[i] *= p_.decay;
+  }
+  // Position i is evidence only if every earlier one was accepted (conditional acceptance).
+  for (int i = 1; i <= drafted && i <= p_.k_max; ++i) {
+    acc_d_[static_cast<size_t>(i)] += 1;
+    if (i <= accepted) {
+      acc_n_[static_cast<size_t>(i)] += 1;
+    } else {
+      break;
+    }
+  }
+}
+
+}  // namespace les

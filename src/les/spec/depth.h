@@ -1,0 +1,58 @@
+// Load-aware speculation depth: before each verification choose k (0 = a plain decode step)
+// maximising expected committed tokens per second,
+//     E(k) / (t_draft(k) + t_verify(k + 1)),   E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j,
+// where a_j is the measured acceptance of draft position j given the earlier ones were accepted
+// (or the drafter's confidence for this round), and t_verify(n) is the measured time of a target
+// pass over n positions under the current load: with streamed experts it holds the reads of the
+// union of the positions' missing experts at the measured disk speed, resident it is compute.
+// Costs are exponential moving averages per n; an unmeasured n is interpolated from measured
+// neighbours. When k = 0 wins, a probe round every `probe_every` steps keeps the acceptance and
+// the costs current, so speculation comes back when the load changes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace les {
+
+struct DepthParams {
+  int k_max = 8;           // --draft-max
+  int k_min = 0;           // --draft-min: a round drafts at least this many or none
+  bool adaptive = true;    // false: always k_max
+  int probe_every = 24;    // rounds between probes while k = 0 wins
+  double ema = 0.25;       // weight of a new cost measurement
+  double decay = 0.98;     // per round, of the acceptance counts
+};
+
+class DepthController {
+ public:
+  explicit DepthController(const DepthParams& p);
+
+  // k for the next round: 0 (plain step) or k_min..k_max. confidence: the drafter's per-position
+  // estimates for this round, if it has them (used instead of the measured acceptance).
+  int choose(const std::vector<float>* confidence = nullptr);
+  void record_draft(int k, double seconds);
+  void record_verify(int n_positions, double seconds);
+  // Given a drafted block (its cost already paid) and the drafter's per-token confidence, the
+  // prefix length (0..drafted) worth verifying: argmax E(j) / (draft_s + t_verify(j + 1)).
+  int trim(int drafted, double draft_s, const std::vector<float>& confidence) const;
+  // A round drafted `drafted` tokens and the target accepted the first `accepted` of them.
+  void record_round(int drafted, int accepted);
+
+  double acceptance(int pos) const;          // a_pos (1-based), measured with a prior
+  double expected_tokens(int k, const std::vector<float>* confidence = nullptr) const;
+  double verify_seconds(int n) const;         // estimate of t_verify(n)
+  double draft_seconds(int k) const;          // estimate of t_draft(k)
+  const DepthParams& params() const { return p_; }
+
+ private:
+  double estimate(const std::vector<double>& v, int i) const;
+
+  DepthParams p_;
+  std::vector<double> t_verify_, t_draft_;    // [n], [k]; < 0: not measured
+  std::vector<double> acc_n_, acc_d_;         // per position: accepted / drafted counts
+  int rounds_since_probe_ = 0;
+};
+
+}  // namespace les

@@ -1,0 +1,54 @@
+// Drafters propose the tokens that follow the committed text; the target verifies them in one
+// batch (session/speculative.h). A drafter only proposes: what is kept is decided by the target,
+// so any drafter, however wrong, leaves the output unchanged (greedy) or its distribution
+// unchanged (sampling).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "les/sample/sampler.h"
+
+namespace les {
+
+class Context;
+
+struct Draft {
+  std::vector<int32_t> tokens;
+  // Per drafted token, the distribution q it was drawn from (sampling). Empty, or an empty entry:
+  // the token was chosen deterministically (q is a point mass on it).
+  std::vector<std::vector<TokenProb>> probs;
+  // Per drafted token, the drafter's own estimate that the target accepts it (empty: none).
+  std::vector<float> confidence;
+  void clear() {
+    tokens.clear();
+    probs.clear();
+    confidence.clear();
+  }
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+
+  // Called once before generation with the target context (drafters that read the target's
+  // hidden states install their observers here).
+  virtual void attach(Context& /*target*/) {}
+
+  // history: every committed token (prompt and generated); the target has evaluated all but
+  // the last. Proposes at most max_n (>= 1) tokens to follow it into `out` (cleared first);
+  // fewer, or none, when it has nothing worth proposing.
+  virtual void draft(std::span<const int32_t> history, int max_n, Draft& out) = 0;
+
+  // The target evaluated `n` positions from pos0 (a prefill chunk or a verification batch) and
+  // then kept the first n_keep positions of the context (n_keep <= pos0 + n).
+  virtual void on_target_eval(int /*pos0*/, int /*n*/, int /*n_keep*/) {}
+
+  // Bytes this drafter keeps resident (weights, caches), for the memory budget.
+  virtual uint64_t resident_bytes() const { return 0; }
+};
+
+}  // namespace les

@@ -1,0 +1,331 @@
+// Speculative decoding: the acceptance rule keeps the target's distribution (and a wrong rule is
+// caught by the same test), greedy speculative output is bit-identical to plain decoding for every
+// drafter, depth, schedule and cache size (also with a recurrent model's rollback), the depth
+// controller switches speculation off where it does not pay, and bad options are clear errors.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "greedy_hashes.h"
+#include "les/model/context.h"
+#include "les/model/model.h"
+#include "les/sched/streaming_experts.h"
+#include "les/session/generate.h"
+#include "les/spec/accept.h"
+#include "les/spec/depth.h"
+#include "les/spec/draft_model_drafter.h"
+#include "les/spec/ngram_drafter.h"
+#include "les/spec/oracle_drafter.h"
+#include "les/synth/synth.h"
+#include "les/tokenizer/tokenizer.h"
+#include "les/util/error.h"
+#include "test_util.h"
+
+using namespace les;
+
+namespace {
+
+// ---- the acceptance rule, statistically ----
+
+std::vector<TokenProb> normalised(std::vector<double> w) {
+  double s = 0;
+  for (double x : w) s += x;
+  std::vector<TokenProb> d;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] > 0) d.push_back({static_cast<int32_t>(i), w[i] / s});
+  }
+  return d;
+}
+
+int32_t draw(const std::vector<TokenProb>& d, Rng& rng) {
+  const double u = rng.uniform();
+  double c = 0;
+  for (const TokenProb& t : d) {
+    c += t.p;
+    if (u < c) return t.id;
+  }
+  return d.back().id;
+}
+
+using Rule = AcceptResult (*)(const std::vector<TokenProb>&, int32_t, const std::vector<TokenProb>&, Rng&);
+
+// Wrong on purpose: accepts with min(1, p/q) but resamples from p instead of the residual.
+AcceptResult resample_from_p(const std::vector<TokenProb>& p, int32_t d, const std::vector<TokenProb>& q, Rng& rng) {
+  const double pd = prob_of(p, d), qd = q.empty() ? 1.0 : prob_of(q, d);
+  if (rng.uniform() * qd < pd) return {true, d};
+  return {false, draw(p, rng)};
+}
+
+// Pearson chi-square of the rule's output distribution against p over n trials (draft drawn from q).
+double chi_square(Rule rule, const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int V, int n,
+                  uint64_t seed) {
+  Rng rng(seed);
+  std::vector<double> count(static_cast<size_t>(V), 0);
+  for (int i = 0; i < n; ++i) {
+    const int32_t d = draw(q, rng);
+    count[static_cast<size_t>(rule(p, d, q, rng).token)] += 1;
+  }
+  double chi = 0;
+  for (int v = 0; v < V; ++v) {
+    const double e = prob_of(p, v) * n;
+    if (e == 0) {
+      if (count[static_cast<size_t>(v)] > 0) return 1e9;  // a token p never emits
+      continue;
+    }
+    chi += (count[static_cast<size_t>(v)] - e) * (count[static_cast<size_t>(v)] - e) / e;
+  }
+  return chi;
+}
+
+}  // namespace
+
+TEST(SpecAccept, KeepsTheTargetDistributionAndCatchesAWrongRule) {
+  // 6 tokens: chi-square with <= 5 degrees of freedom; 40 is beyond p = 1e-6.
+  const int V = 6, N = 200000;
+  Rng gen(99);
+  int wrong_caught = 0, cases = 0;
+  for (int c = 0; c < 12; ++c) {
+    std::vector<double> wp(V), wq(V);
+    for (int v = 0; v < V; ++v) {
+      wp[static_cast<size_t>(v)] = gen.uniform() < 0.2 ? 0 : gen.uniform();
+      wq[static_cast<size_t>(v)] = gen.uniform() < 0.2 ? 0 : gen.uniform() * 3;
+    }
+    wp[static_cast<size_t>(c % V)] += 0.05;  // never all zero
+    wq[static_cast<size_t>((c + 1) % V)] += 0.05;
+    const auto p = normalised(wp), q = normalised(wq);
+    EXPECT_LT(chi_square(accept_or_resample, p, q, V, N, 1000 + static_cast<uint64_t>(c)), 40.0) << "case " << c;
+    wrong_caught += chi_square(resample_from_p, p, q, V, N, 1000 + static_cast<uint64_t>(c)) > 40.0;
+    ++cases;
+  }
+  EXPECT_EQ(wrong_caught, cases) << "the test must fail the wrong rule in every case";
+}
+
+TEST(SpecAccept, DeterministicDraftsAndGreedyTargets) {
+  const auto p = normalised({0.1, 0.5, 0.0, 0.4});
+  const std::vector<TokenProb> point;  // q = point mass on the draft
+  for (int32_t d = 0; d < 4; ++d) {
+    Rng rng(5);
+    std::vector<double> count(4, 0);
+    const int N = 100000;
+    for (int i = 0; i < N; ++i) count[static_cast<size_t>(accept_or_resample(p, d, point, rng).token)] += 1;
+    for (int v = 0; v < 4; ++v) EXPECT_NEAR(count[static_cast<size_t>(v)] / N, prob_of(p, v), 0.006) << "draft " << d;
+  }
+  // Greedy: p is a point mass; the draft is kept iff it is p's token, with no randomness used.
+  const std::vector<TokenProb> greedy = {{7, 1.0}};
+  Rng a(1), b(1);
+  EXPECT_TRUE(accept_or_resample(greedy, 7, point, a).accepted);
+  const AcceptResult r = accept_or_resample(greedy, 3, point, a);
+  EXPECT_FALSE(r.accepted);
+  EXPECT_EQ(r.token, 7);
+  EXPECT_EQ(a.next(), b.next()) << "greedy acceptance consumed randomness";
+}
+
+// ---- the depth controller ----
+
+TEST(SpecDepth, SwitchesOffWhereVerificationIsTooDearAndOnWhereItIsCheap) {
+  auto run = [](double accept, double cost_per_extra) {
+    DepthParams dp;
+    dp.k_max = 6;
+    DepthController c(dp);
+    Rng rng(3);
+    std::vector<int> chosen;
+    for (int round = 0; round < 300; ++round) {
+      const int k = c.choose();
+      chosen.push_back(k);
+      int acc = 0;
+      while (acc < k && rng.uniform() < accept) ++acc;
+      c.record_draft(k, 0.0);
+      c.record_verify(k + 1, 1.0 + cost_per_extra * k);
+      c.record_round(k, acc);
+    }
+    int zeros = 0, maxed = 0;
+    for (size_t i = 200; i < chosen.size(); ++i) {
+      zeros += chosen[i] == 0;
+      maxed += chosen[i] == 6;
+    }
+    return std::make_pair(zeros, maxed);
+  };
+  // Streaming-like: each extra position costs a whole step's reads; acceptance 0.3 never pays.
+  const auto off = run(0.3, 1.0);
+  EXPECT_GE(off.first, 92) << "k = 0 should win in nearly every late round (probes excepted)";
+  // Compute-bound: extra positions are nearly free and acceptance is high: draft deep.
+  const auto on = run(0.9, 0.05);
+  EXPECT_GE(on.second, 80);
+  EXPECT_EQ(on.first, 0);
+}
+
+TEST(SpecDepth, ConfidenceTrimsABlock) {
+  DepthParams dp;
+  dp.k_max = 6;
+  DepthController c(dp);
+  for (int n = 1; n <= 7; ++n) c.record_verify(n, 1.0 + 0.2 * (n - 1));
+  EXPECT_EQ(c.trim(6, 0.0, {0.99f, 0.98f, 0.97f, 0.96f, 0.95f, 0.94f}), 6);
+  EXPECT_EQ(c.trim(6, 0.0, {0.9f, 0.05f, 0.05f, 0.05f, 0.05f, 0.05f}), 1);
+  EXPECT_EQ(c.trim(6, 0.0, {0.01f, 0.9f, 0.9f, 0.9f, 0.9f, 0.9f}), 0);
+}
+
+// ---- greedy speculative output equals plain output ----
+
+namespace {
+
+struct GenRun {
+  std::vector<int32_t> tokens;
+  uint64_t hash = 0;
+  SpecStats spec;
+};
+
+GenRun generate_run(Context& ctx, const Tokenizer& tok, const std::vector<int32_t>& prompt, int n, Drafter* d, int k_max,
+                 bool adaptive) {
+  GenerateParams gp;
+  gp.n_predict = n;
+  gp.sampling.temp = 0;
+  gp.drafter = d;
+  gp.depth.k_max = k_max;
+  gp.depth.adaptive = adaptive;
+  GenRun r;
+  const GenerateStats st = generate(ctx, tok, prompt, gp, [&](int32_t id, const std::string&) {
+    r.tokens.push_back(id);
+    return true;
+  });
+  r.hash = st.final_logits_hash;
+  r.spec = st.spec;
+  return r;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST(SpecGreedy, IdenticalToPlainForEveryDrafterAndDepth) {
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  LES_REQUIRE_FILE(test::tiny_draft_path());
+  auto m = Model::load(test::tiny_moe_path());
+  Tokenizer tok(vocab_from_gguf(m->gguf()));
+  const ContextParams cp{.n_ctx = 256, .n_threads = 2};
+  const int nv = m->config().n_vocab;
+  for (const std::string text : {"The history of the", "int main(int argc, char** argv) { int main"}) {
+    const auto prompt = tok.encode(text, true, false);
+    Context plain_ctx(*m, cp);
+    const GenRun plain = generate_run(plain_ctx, tok, prompt, 48, nullptr, 0, false);
+    ASSERT_EQ(plain.tokens.size(), 48u) << text;
+    const auto rec = concat(prompt, plain.tokens);
+
+    std::vector<std::unique_ptr<Drafter>> drafters;
+    drafters.push_back(std::make_unique<NgramDrafter>());
+    drafters.push_back(std::make_unique<DraftModelDrafter>(Model::load(test::tiny_draft_path()), *m,
+                                                           ContextParams{.n_ctx = 256}, SamplerParams{.temp = 0}));
+    for (double a : {1.0, 0.6, 0.0}) drafters.push_back(std::make_unique<OracleDrafter>(rec, a, nv, 7));
+    for (auto& d : drafters) {
+      for (const auto& [k, adaptive] : std::vector<std::pair<int, bool>>{{1, false}, {3, false}, {6, false}, {6, true}}) {
+        Context ctx(*m, cp);
+        const GenRun r = generate_run(ctx, tok, prompt, 48, d.get(), k, adaptive);
+        EXPECT_EQ(r.tokens, plain.tokens) << d->name() << " k=" << k << " adaptive=" << adaptive << " '" << text << "'";
+        EXPECT_EQ(r.hash, plain.hash) << d->name() << " k=" << k << " adaptive=" << adaptive;
+        EXPECT_EQ(r.spec.accepted + r.spec.rounds, 47) << "every generated token after the first is one committed";
+        if (d.get() == drafters[2].get() && !adaptive) {  // the perfect oracle: every draft kept
+          EXPECT_EQ(r.spec.accepted, r.spec.drafted) << "k=" << k;
+        }
+        if (d.get() == drafters[4].get()) {
+          EXPECT_EQ(r.spec.accepted, 0) << "a fully corrupted oracle";
+        }
+      }
+    }
+  }
+}
+
+TEST(SpecGreedy, IdenticalWhileStreamingForBothSchedulesAndCacheSizes) {
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  LES_REQUIRE_FILE(test::tiny_draft_path());
+  auto resident = Model::load(test::tiny_moe_path());
+  auto streamed = Model::load(test::tiny_moe_path(), LoadOptions{.map_experts = false});
+  Tokenizer tok(vocab_from_gguf(resident->gguf()));
+  const int nv = resident->config().n_vocab;
+  const auto prompt = tok.encode("Once upon a time there was a", true, false);
+  Context plain_ctx(*resident, ContextParams{.n_ctx = 128, .n_threads = 2});
+  const GenRun plain = generate_run(plain_ctx, tok, prompt, 40, nullptr, 0, false);
+  const auto rec = concat(prompt, plain.tokens);
+  for (Schedule s : {Schedule::ondemand, Schedule::lookahead}) {
+    for (int slots : {8, 256}) {
+      OracleDrafter oracle(rec, 0.7, nv, 3);
+      DraftModelDrafter draft(Model::load(test::tiny_draft_path()), *resident, ContextParams{.n_ctx = 128},
+                              SamplerParams{.temp = 0});
+      for (Drafter* d : std::initializer_list<Drafter*>{&oracle, &draft}) {
+        StreamingExperts ex(*streamed, test::stream_opts(*streamed, s, storage::IoMode::pread, slots));
+        Context ctx(*streamed, ContextParams{.n_ctx = 128, .n_threads = 2}, &ex);
+        const GenRun r = generate_run(ctx, tok, prompt, 40, d, 5, false);
+        EXPECT_EQ(r.tokens, plain.tokens) << d->name() << " " << schedule_name(s) << " slots=" << slots;
+        EXPECT_EQ(r.hash, plain.hash) << d->name() << " " << schedule_name(s) << " slots=" << slots;
+        EXPECT_GT(r.spec.accepted, 5) << d->name();
+      }
+    }
+  }
+}
+
+TEST(SpecGreedy, RecurrentModelRollsBackExactly) {
+  // qwen35moe: DeltaNet layers cannot truncate their state; rejected drafts are undone by
+  // restoring the snapshot and replaying the kept tokens.
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.full_attn_interval = 2;
+  s.type = "f32";
+  s.seed = 11;
+  const std::string path = test::temp_dir() + "/spec_qwen35.gguf";
+  synth::write_synth_model(s, path);
+  auto m = Model::load(path);
+  Tokenizer tok(vocab_from_gguf(m->gguf()));
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 41, 7, 200};
+  Context plain_ctx(*m, ContextParams{.n_ctx = 128});
+  const GenRun plain = generate_run(plain_ctx, tok, prompt, 32, nullptr, 0, false);
+  ASSERT_FALSE(plain.tokens.empty());
+  const auto rec = concat(prompt, plain.tokens);
+  for (double a : {0.5, 0.8}) {
+    OracleDrafter oracle(rec, a, m->config().n_vocab, 9);
+    Context ctx(*m, ContextParams{.n_ctx = 128});
+    const GenRun r = generate_run(ctx, tok, prompt, 32, &oracle, 4, false);
+    EXPECT_EQ(r.tokens, plain.tokens) << "acceptance " << a;
+    EXPECT_EQ(r.hash, plain.hash) << "acceptance " << a;
+    EXPECT_GT(r.spec.accepted, 0);
+    EXPECT_LT(r.spec.accepted, r.spec.drafted) << "some drafts must be rejected for the rollback to be tested";
+  }
+}
+
+TEST(SpecGreedy, NgramDrafterProposesWhatFollowedTheLatestMatch) {
+  NgramDrafter ng(1, 3);
+  Draft d;
+  const std::vector<int32_t> h = {1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 1, 2, 3};
+  ng.draft(h, 4, d);
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{5, 6, 1, 2}));  // latest earlier "1 2 3" is at index 5
+  ng.draft(std::vector<int32_t>{7, 8, 9}, 4, d);
+  EXPECT_TRUE(d.tokens.empty());
+  EXPECT_THROW(NgramDrafter(0, 2), Error);
+}
+
+TEST(SpecCli, BadOptionsAreClearErrors) {
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  const std::string m = " -m " + test::tiny_moe_path() + " -p hi -n 4 --temp 0";
+  std::string err;
+  EXPECT_NE(test::run_les("run" + m + " --spec draft", &err), 0);
+  EXPECT_NE(err.find("--spec draft needs --draft FILE"), std::string::npos) << err;
+  EXPECT_NE(test::run_les("run" + m + " --spec nonsense", &err), 0);
+  EXPECT_NE(err.find("unknown --spec 'nonsense'"), std::string::npos) << err;
+  EXPECT_NE(test::run_les("run" + m + " --draft-max 4", &err), 0);
+  EXPECT_NE(err.find("--draft-max needs --spec"), std::string::npos) << err;
+  EXPECT_NE(test::run_les("run" + m + " --spec ngram --draft-max 0", &err), 0);
+  EXPECT_NE(err.find("--draft-max must be in"), std::string::npos) << err;
+  // a draft with another vocabulary
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.type = "f32";
+  const std::string other = test::temp_dir() + "/spec_other_vocab.gguf";
+  synth::write_synth_model(s, other);
+  EXPECT_NE(test::run_les("run" + m + " --spec draft --draft " + other, &err), 0);
+  EXPECT_NE(err.find("vocab"), std::string::npos) << err;
+  // and a working one: same greedy text as plain
+  ASSERT_EQ(test::run_les("run" + m + " -n 24 --spec ngram --stats", &err), 0) << err;
+  EXPECT_NE(err.find("acceptance by position"), std::string::npos) << err;
+}
