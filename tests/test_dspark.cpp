@@ -113,7 +113,7 @@ struct LogitDiff {
 // Drafts every case of `ref` that has stored features and compares with llama.cpp. feats_from:
 // the file whose case of the same index holds the features (the same target sequences).
 LogitDiff check_stored_features(DsparkModel& d, const RefFile& ref, const RefFile& feats_from, double tol_rel,
-                                int* n_cases) {
+                                double tol_conf, int* n_cases) {
   LogitDiff diff;
   *n_cases = 0;
   for (size_t ci = 0; ci < ref.cases.size(); ++ci) {
@@ -137,7 +137,7 @@ LogitDiff check_stored_features(DsparkModel& d, const RefFile& ref, const RefFil
       diff.add(d.logits(s), c.logits.data() + static_cast<size_t>(s) * ref.n_vocab, ref.n_vocab);
       EXPECT_LE(one.max_rel, tol_rel) << "case " << ci << " slot " << s << " (max abs " << one.max_abs << ")";
       if (s >= i_beg && d.has_confidence()) {
-        EXPECT_NEAR(conf.at(static_cast<size_t>(s - i_beg)), c.conf[static_cast<size_t>(s)], 20 * tol_rel)
+        EXPECT_NEAR(conf.at(static_cast<size_t>(s - i_beg)), c.conf[static_cast<size_t>(s)], tol_conf)
             << "case " << ci << " slot " << s;
       }
     }
@@ -148,6 +148,36 @@ LogitDiff check_stored_features(DsparkModel& d, const RefFile& ref, const RefFil
 ModelConfig tiny_target_config() {
   const gguf::File f = gguf::read_file(test::tiny_moe_path());
   return config_from_gguf(f, test::tiny_moe_path());
+}
+
+// The features computed by les's target forward pass, for every case of a reference file.
+std::vector<std::vector<float>> les_features(const Model& target, const std::vector<int>& layers, const RefFile& ref) {
+  const int64_t E = target.config().n_embd;
+  const size_t n_feat = layers.size() * static_cast<size_t>(E);
+  std::vector<std::vector<float>> out;
+  for (const RefCase& c : ref.cases) {
+    const int p = c.p();
+    std::vector<float> feats(static_cast<size_t>(p) * n_feat);
+    ContextParams cp;
+    cp.n_ctx = 512;
+    cp.n_threads = 2;
+    cp.n_batch = 512;
+    Context ctx(target, cp);
+    ctx.set_observer([&](int layer, const char* name, const float* data, int64_t n_tok, int64_t width) {
+      for (size_t k = 0; k < layers.size(); ++k) {
+        const bool hit = layers[k] == 0 ? std::strcmp(name, "inp_embd") == 0
+                                        : layer == layers[k] - 1 && std::strcmp(name, "l_out") == 0;
+        if (!hit || width != E) continue;
+        for (int64_t i = 0; i < n_tok; ++i) {
+          std::memcpy(feats.data() + static_cast<size_t>(i) * n_feat + k * static_cast<size_t>(E), data + i * E,
+                      static_cast<size_t>(E) * sizeof(float));
+        }
+      }
+    });
+    ctx.eval(std::span<const int32_t>(c.tokens.data(), static_cast<size_t>(p)), false);
+    out.push_back(std::move(feats));
+  }
+  return out;
 }
 
 TEST(Dspark, TrainedDrafterMatchesLlamaCppOnStoredFeatures) {
@@ -162,7 +192,9 @@ TEST(Dspark, TrainedDrafterMatchesLlamaCppOnStoredFeatures) {
   EXPECT_TRUE(d->has_confidence());
   ASSERT_EQ(d->n_feat(), ref.n_feat);
   int n = 0;
-  const LogitDiff diff = check_stored_features(*d, ref, ref, 5e-3, &n);
+  // The issue asks for 5e-3; the measured error is about 1.3e-4 (F16 weights and activations on
+  // both sides, F16 KV cache emulated), so the test holds a tighter bound.
+  const LogitDiff diff = check_stored_features(*d, ref, ref, 1e-3, 1e-3, &n);
   EXPECT_GE(n, 3);
   std::printf("trained F16 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g\n", n,
               diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n));
@@ -208,33 +240,13 @@ TEST(Dspark, TrainedDrafterWithLesFeaturesDraftsLlamaCppTokens) {
   const RefFile ref = read_ref(data_path("dspark_trained.bin"));
   auto target = Model::load(test::tiny_moe_path());
   auto d = DsparkModel::load(dspark_path(), target->config(), 2, 512);
-  const int64_t E = target->config().n_embd;
-  const std::vector<int>& layers = d->target_layers();
+  const auto les_feats = les_features(*target, d->target_layers(), ref);
   int same = 0, total = 0, cases_same = 0;
   for (size_t ci = 0; ci < ref.cases.size(); ++ci) {
     const RefCase& c = ref.cases[ci];
     const int p = c.p();
-    std::vector<float> feats(static_cast<size_t>(p) * static_cast<size_t>(d->n_feat()));
-    ContextParams cp;
-    cp.n_ctx = 512;
-    cp.n_threads = 2;
-    cp.n_batch = 512;
-    Context ctx(*target, cp);
-    ctx.set_observer([&](int layer, const char* name, const float* data, int64_t n_tok, int64_t width) {
-      for (size_t k = 0; k < layers.size(); ++k) {
-        const bool hit = layers[k] == 0 ? std::strcmp(name, "inp_embd") == 0
-                                        : layer == layers[k] - 1 && std::strcmp(name, "l_out") == 0;
-        if (!hit) continue;
-        ASSERT_EQ(width, E);
-        for (int64_t i = 0; i < n_tok; ++i) {
-          std::memcpy(feats.data() + static_cast<size_t>(i) * static_cast<size_t>(d->n_feat()) + k * static_cast<size_t>(E),
-                      data + i * E, static_cast<size_t>(E) * sizeof(float));
-        }
-      }
-    });
-    ctx.eval(std::span<const int32_t>(c.tokens.data(), static_cast<size_t>(p)), false);
     d->rollback(0);
-    d->inject(feats.data(), p);
+    d->inject(les_feats[ci].data(), p);
     std::vector<int32_t> toks;
     std::vector<float> conf;
     d->draft(c.tokens.back(), ref.n_draft, toks, conf);
@@ -245,6 +257,47 @@ TEST(Dspark, TrainedDrafterWithLesFeaturesDraftsLlamaCppTokens) {
   }
   std::printf("les features: %d/%d drafted tokens identical to llama.cpp (%d/%zu cases)\n", same, total, cases_same,
               ref.cases.size());
+}
+
+// A random F32 drafter (les synth --arch dflash --seed 7: 1 layer, block 4, rank 32, non-causal,
+// bonus anchor slot, confidence head), written by the test, against llama.cpp's dump of the same
+// file: logits on the stored features (of dspark_trained.bin: the same target sequences) and
+// drafted tokens with les's own features.
+TEST(Dspark, SynthF32DrafterMatchesLlamaCpp) {
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  const RefFile ref = read_ref(data_path("dspark_synth.bin"));
+  const RefFile feats = read_ref(data_path("dspark_trained.bin"));
+  const std::string dir = test::temp_dir();
+  const std::string path = dir + "/synth-dflash.gguf";
+  synth::DflashSpec spec;
+  spec.seed = 7;
+  synth::write_synth_dflash(spec, test::tiny_moe_path(), path);
+  auto target = Model::load(test::tiny_moe_path());
+  auto d = DsparkModel::load(path, target->config(), 2, 512);
+  EXPECT_FALSE(d->sample_from_anchor());
+  EXPECT_EQ(d->block_size(), 4);
+  EXPECT_EQ(d->max_draft(), 3);
+  EXPECT_EQ(d->mask_token(), 7999);
+  int n = 0;
+  const LogitDiff diff = check_stored_features(*d, ref, feats, 1e-4, 1e-5, &n);
+  EXPECT_GE(n, 2);
+  std::printf("random F32 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g\n", n,
+              diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n));
+  const auto les_feats = les_features(*target, d->target_layers(), ref);
+  int same = 0;
+  for (size_t ci = 0; ci < ref.cases.size(); ++ci) {
+    const RefCase& c = ref.cases[ci];
+    d->rollback(0);
+    d->inject(les_feats[ci].data(), c.p());
+    std::vector<int32_t> toks;
+    std::vector<float> conf;
+    d->draft(c.tokens.back(), ref.n_draft, toks, conf);
+    EXPECT_EQ(toks, c.drafted) << "case " << ci;
+    same += toks == c.drafted;
+  }
+  std::printf("random F32 drafter, les features: %d/%zu cases drafted identically\n", same, ref.cases.size());
+  std::remove(path.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(Dspark, RejectsWrongFilesAndTargets) {
