@@ -19,6 +19,7 @@
 #include "les/spec/dspark_model.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
+#include "model_edit.h"
 #include "test_util.h"
 
 namespace les {
@@ -323,6 +324,80 @@ TEST(Dspark, RejectsWrongFilesAndTargets) {
   c.n_vocab = 9000;
   expect_error(dspark_path(), c, "vocabulary 8000 != target vocabulary 9000");
   expect_error(test::source_dir() + "/no-such-file.gguf", tc, "no-such-file.gguf");
+}
+
+// Broken drafter files (edited copies of a synthesized one) and the synth command line.
+TEST(Dspark, BadDrafterFilesAndSynthCli) {
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  test::ScopedDir dir;
+  const ModelConfig tc = tiny_target_config();
+  synth::DflashSpec spec;
+  spec.seed = 3;
+  spec.confidence = false;
+  spec.causal = true;
+  spec.sample_from_anchor = true;
+  spec.target_layers = {0, 3};
+  const std::string good = dir.file("good.gguf");
+  synth::write_synth_dflash(spec, test::tiny_moe_path(), good);
+  {
+    auto d = DsparkModel::load(good, tc, 1, 64);
+    EXPECT_FALSE(d->has_confidence());
+    EXPECT_EQ(d->target_layers(), (std::vector<int>{0, 3}));
+    std::vector<float> feats(static_cast<size_t>(3 * d->n_feat()), 0.5f);
+    d->inject(feats.data(), 3);
+    std::vector<int32_t> toks;
+    std::vector<float> conf = {1.0f};
+    d->draft(5, 4, toks, conf);
+    EXPECT_EQ(toks.size(), 4u);
+    EXPECT_TRUE(conf.empty());
+    // A cache of 64 positions holds 60 injected positions and one block of 4.
+    std::vector<float> more(static_cast<size_t>(58 * d->n_feat()), 0.5f);
+    EXPECT_THROW(d->inject(more.data(), 58), Error);
+    d->inject(more.data(), 57);
+    EXPECT_EQ(d->n_injected(), 60);
+  }
+  auto edited = [&](const std::function<void(test::KvList&)>& kv, const test::TensorEdit& data = {}) {
+    const std::string out = dir.file("edited.gguf");
+    test::rewrite_model(good, out, kv, data);
+    return test::error_of([&] { DsparkModel::load(out, tc, 1, 64); });
+  };
+  auto drop = [](const char* key) {
+    return [key](test::KvList& kv) {
+      kv.erase(std::remove_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; }), kv.end());
+    };
+  };
+  EXPECT_NE(edited(drop("dflash.target_layers")).find("missing key 'dflash.target_layers'"), std::string::npos);
+  EXPECT_NE(edited(drop("tokenizer.ggml.mask_token_id")).find("mask_token_id"), std::string::npos);
+  EXPECT_NE(edited(drop("dflash.embedding_length")).find("dflash.embedding_length"), std::string::npos);
+  EXPECT_NE(edited([](test::KvList& kv) { test::find_kv(kv, "dflash.block_count")->u64 = 2; })
+                .find("missing tensor 'blk.1.attn_norm.weight'"),
+            std::string::npos);
+  EXPECT_NE(edited([](test::KvList& kv) { test::find_kv(kv, "tokenizer.ggml.mask_token_id")->u64 = 9000; })
+                .find("mask token 9000"),
+            std::string::npos);
+  EXPECT_NE(edited([](test::KvList& kv) { test::find_kv(kv, "dflash.feed_forward_length")->u64 = 256; })
+                .find("'blk.0.ffn_gate.weight' has shape [256, 512], expected [256, 256]"),
+            std::string::npos);
+  EXPECT_NE(edited({}, [](const std::string& name, Type, uint8_t* data, uint64_t) {
+              if (name == "output_norm.weight") {
+                const float nan = std::nanf("");
+                std::memcpy(data + 8, &nan, 4);
+              }
+            }).find("output_norm.weight"),
+            std::string::npos);
+
+  // The command line writes the same file as the library.
+  std::string err;
+  const std::string cli = dir.file("cli.gguf");
+  ASSERT_EQ(test::run_les("synth --arch dflash --target '" + test::tiny_moe_path() + "' --seed 3 --no-confidence "
+                          "--causal 1 --anchor 1 --target-layers 0,3 -o '" + cli + "'", &err), 0) << err;
+  EXPECT_EQ(test::read_bytes(cli), test::read_bytes(good));
+  EXPECT_NE(test::run_les("synth --arch dflash --target '" + test::tiny_moe_path() + "' --target-layers 1,x -o '" +
+                          dir.file("x.gguf") + "'", &err), 0);
+  EXPECT_NE(err.find("'x' is not a layer index"), std::string::npos) << err;
+  EXPECT_NE(test::run_les("synth --arch dflash --target '" + test::tiny_moe_path() + "' --target-layers 8 -o '" +
+                          dir.file("x.gguf") + "'", &err), 0);
+  EXPECT_NE(err.find("dflash target layer 8 is outside [0, 8)"), std::string::npos) << err;
 }
 
 }  // namespace
