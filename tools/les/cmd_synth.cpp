@@ -1,7 +1,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "args.h"
 #include "commands.h"
@@ -31,7 +33,46 @@ const char* kSummary =
     "  Defaults match the trained tiny MoE on its shape (--shape small: recall@4 ~0.70, recall@8 ~0.90,\n"
     "  reuse ~0.16, top-10% share ~0.18); deeper models get more (qwen3-30b-a3b: recall@8 ~0.80, reuse ~0.4).\n"
     "  Measurement: random prompt, then greedy decoding; per layer and mean recall@k/@2k of the cross-layer\n"
-    "  predictor, temporal reuse, top-10% share, max/mean load, unused experts, stream rms, NaN check.";
+    "  predictor, temporal reuse, top-10% share, max/mean load, unused experts, stream rms, NaN check.\n"
+    "  A random F32 DSpark drafter (llama.cpp dflash + Markov/confidence heads) for a target model:\n"
+    "  les synth --arch dflash --target TARGET.gguf -o /tmp/drafter.gguf [--layers 1 --ff-exp 512 --block 4\n"
+    "            --rank 32 --causal 0 --anchor 0 --target-layers 1,4,7 --seed 1]";
+
+// `les synth --arch dflash`: a random drafter for --target.
+int synth_dflash(const Args& a) {
+  synth::DflashSpec s;
+  s.n_layer = static_cast<int>(a.i64("--layers", s.n_layer));
+  s.n_ff = static_cast<int>(a.i64("--ff-exp", s.n_ff));
+  s.n_head = static_cast<int>(a.i64("--heads", s.n_head));
+  s.n_head_kv = static_cast<int>(a.i64("--kv-heads", s.n_head_kv));
+  s.head_dim = static_cast<int>(a.i64("--head-dim", s.head_dim));
+  s.block_size = static_cast<int>(a.i64("--block", s.block_size));
+  s.markov_rank = static_cast<int>(a.i64("--rank", s.markov_rank));
+  s.causal = a.i64("--causal", s.causal) != 0;
+  s.sample_from_anchor = a.i64("--anchor", s.sample_from_anchor) != 0;
+  s.confidence = !a.has("--no-confidence");
+  s.mask_token = static_cast<int32_t>(a.i64("--mask-token", s.mask_token));
+  s.seed = static_cast<uint64_t>(a.i64("--seed", 1));
+  s.name = a.str("--name", s.name);
+  const std::string list = a.str("--target-layers");
+  for (size_t at = 0; at < list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0') throw Error(strfmt("--target-layers: '%s' is not a layer index", item.c_str()));
+    s.target_layers.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  const std::string out = a.required("--output");
+  if (!a.has("--force") && access(out.c_str(), F_OK) == 0) {
+    throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
+  }
+  synth::write_synth_dflash(s, a.required("--target"), out);
+  std::fprintf(stderr, "wrote %s: dflash drafter, %d layers, block %d, rank %d, causal %d, sample_from_anchor %d\n",
+               out.c_str(), s.n_layer, s.block_size, s.markov_rank, s.causal, s.sample_from_anchor);
+  return 0;
+}
 
 }  // namespace
 
@@ -42,7 +83,15 @@ int cmd_synth(int argc, char** argv) {
   Args a("synth", kSummary,
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
-          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet); default: the shape's", "ARCH"},
+          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet), dflash (a DSpark drafter for --target); default: the shape's", "ARCH"},
+          {{"--target"}, true, "dflash: the target model the drafter is for", "FILE"},
+          {{"--block"}, true, "dflash: block size (default 4)", "N"},
+          {{"--rank"}, true, "dflash: Markov head rank (default 32)", "N"},
+          {{"--causal"}, true, "dflash: causal attention inside the block, 0 or 1 (default 0)", "N"},
+          {{"--anchor"}, true, "dflash: sample_from_anchor, 0 or 1 (default 0)", "N"},
+          {{"--target-layers"}, true, "dflash: target layer inputs read, e.g. 1,4,7 (default 1, n/2, n-1)", "LIST"},
+          {{"--mask-token"}, true, "dflash: MASK token id (default the last id)", "N"},
+          {{"--no-confidence"}, false, "dflash: no confidence head"},
           {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, q4_k_m, ... (default q8_0)", "TYPE"},
           {{"--layers"}, true, "number of layers", "N"},
           {{"--embd"}, true, "embedding width", "N"},
@@ -94,6 +143,7 @@ int cmd_synth(int argc, char** argv) {
     return r.finite ? 0 : 1;
   }
 
+  if (a.str("--arch") == "dflash") return synth_dflash(a);
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));

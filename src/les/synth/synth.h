@@ -103,6 +103,30 @@ uint64_t synth_file_bytes(const SynthSpec& spec);
 using ProgressFn = std::function<void(uint64_t, uint64_t)>;
 void write_synth_model(const SynthSpec& spec, const std::string& path, const ProgressFn& progress = {});
 
+// --- DSpark / dflash drafter ---------------------------------------------------------------------
+
+// A random-weight F32 drafter in llama.cpp's dflash architecture with the DSpark Markov head (and
+// optionally the confidence head) for a given target: its n_embd, vocabulary and tokenizer keys
+// come from the target file. For tests of the drafter against llama.cpp: the weights mean nothing.
+struct DflashSpec {
+  int n_layer = 1;
+  int n_ff = 512;
+  int n_head = 4, n_head_kv = 2, head_dim = 64;
+  int block_size = 4;
+  int markov_rank = 32;
+  bool causal = false;              // dflash.attention.causal
+  bool sample_from_anchor = false;  // dflash.sample_from_anchor
+  bool confidence = true;           // conf_proj weight and bias
+  std::vector<int> target_layers;   // empty: {1, n/2, n-1} of the target's n layers
+  int32_t mask_token = -1;          // -1: the target's last token id
+  uint64_t seed = 1;
+  std::string name = "synth-dflash";
+};
+
+// Writes the drafter for the target model file `target_path` to `path` atomically. Each tensor is
+// a function of (seed, tensor name, shape). Throws les::Error for a spec the target cannot take.
+void write_synth_dflash(const DflashSpec& spec, const std::string& target_path, const std::string& path);
+
 // --- measurement --------------------------------------------------------------------------------
 
 struct MeasureOptions {
