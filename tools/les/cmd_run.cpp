@@ -56,9 +56,9 @@ int cmd_run(int argc, char** argv) {
           {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
           {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                       "les pack); a mismatch is an error naming the layer and expert"},
-          {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), ngram "
-                             "(prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
-          {{"--draft", "-md"}, true, "the draft model for --spec draft", "FILE"},
+          {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), dspark (a DSpark/dflash "
+                             "block drafter reading the target's hidden states, --draft FILE), ngram (prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
+          {{"--draft", "-md"}, true, "the draft model (--spec draft) or DSpark drafter (--spec dspark)", "FILE"},
           {{"--draft-max"}, true, "tokens drafted per round at most (default 6)", "N"},
           {{"--draft-min"}, true, "a round drafts at least N tokens or none (default 0)", "N"},
           {{"--draft-p-min"}, true, "cut a draft at the first token whose drafter confidence is below P (default 0)", "P"},

@@ -22,6 +22,9 @@ struct GenerateParams {
   // each round's drafts in one batch. Null: plain decoding.
   Drafter* drafter = nullptr;
   DepthParams depth;
+  // A controller that outlives this call (a session's: what it learnt carries over to the next
+  // request); null: a fresh one from `depth`.
+  DepthController* depth_state = nullptr;
   float draft_p_min = 0.0f;   // cut a draft at the first token the drafter's confidence puts below this
 };
 

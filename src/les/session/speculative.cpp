@@ -17,8 +17,9 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   GenerateStats st;
   Drafter& drafter = *p.drafter;
   const int n_vocab = ctx.model().config().n_vocab;
-  DepthController depth(p.depth);
-  const int k_max = p.depth.k_max;
+  DepthController own_depth(p.depth);
+  DepthController& depth = p.depth_state ? *p.depth_state : own_depth;
+  const int k_max = depth.params().k_max;
   SpecStats& ss = st.spec;
   ss.drafted_at.assign(static_cast<size_t>(k_max), 0);
   ss.accepted_at.assign(static_cast<size_t>(k_max), 0);
@@ -95,7 +96,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
         }
         keep = std::min<size_t>(keep, static_cast<size_t>(depth.trim(static_cast<int>(keep), td, d.confidence)));
       }
-      if (static_cast<int>(keep) < p.depth.k_min) keep = 0;  // --draft-min
+      if (static_cast<int>(keep) < depth.params().k_min) keep = 0;  // --draft-min
       d.tokens.resize(keep);
       if (d.probs.size() > keep) d.probs.resize(keep);
     }

@@ -13,6 +13,7 @@ DepthController::DepthController(const DepthParams& p) : p_(p) {
     throw Error(strfmt("--draft-min must be in [0, --draft-max = %d] (got %d)", p_.k_max, p_.k_min));
   }
   t_verify_.assign(static_cast<size_t>(p_.k_max) + 2, -1.0);
+  n_verify_.assign(static_cast<size_t>(p_.k_max) + 2, 0);
   t_draft_.assign(static_cast<size_t>(p_.k_max) + 1, -1.0);
   t_draft_[0] = 0.0;
   acc_n_.assign(static_cast<size_t>(p_.k_max) + 1, 0.0);
@@ -67,32 +68,37 @@ int DepthController::choose(const std::vector<float>* confidence) {
   if (!p_.adaptive) return p_.k_max;
   if (t_verify_[1] < 0) return 0;  // measure a plain step first: everything is compared with it
   const double t1 = t_verify_[1];
-  for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
-    if (t_verify_[static_cast<size_t>(k) + 1] < 0) return k;  // an unmeasured depth: try it once
-  }
-  int best = 0;
-  double best_rate = 1.0 / t1;
+  // One full-depth round measures the acceptance of every position and the dearest verification;
+  // depths between are interpolated until they are measured themselves.
+  if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0) return p_.k_max;
+  int best = 0, second = -1;
+  double best_rate = 1.0 / t1, second_rate = -1;
   for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
     const double tv = verify_seconds(k + 1);
     const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);
     if (rate > best_rate) {
+      second = best;
+      second_rate = best_rate;
       best_rate = rate;
       best = k;
+    } else if (rate > second_rate) {
+      second = k;
+      second_rate = rate;
     }
   }
-  if (best == 0) {
-    if (++rounds_since_probe_ >= p_.probe_every) {  // keep acceptance and costs current
-      rounds_since_probe_ = 0;
-      return std::max(p_.k_min, 1);
-    }
-  } else {
+  // Every probe_every rounds a plain step (or, when it wins, the runner-up) runs once, so that the estimates of the choice not
+  // taken (a plain step's time included) follow the machine's load and the text.
+  if (++rounds_since_probe_ >= p_.probe_every) {
     rounds_since_probe_ = 0;
+    if (best != 0) return 0;           // a plain step: the measure everything is compared with
+    if (second >= 0) return second;
   }
   return best;
 }
 
 int DepthController::trim(int drafted, double draft_s, const std::vector<float>& confidence) const {
-  if (!p_.adaptive || drafted <= 0 || t_verify_[1] < 0) return drafted;
+  if (!p_.adaptive || drafted <= 0 || drafted > p_.k_max || t_verify_[1] < 0) return drafted;
+  if (t_verify_[static_cast<size_t>(drafted) + 1] < 0) return drafted;  // exploring this depth: measure it
   int best = 0;
   double best_rate = -1;
   for (int j = 0; j <= drafted && j <= p_.k_max; ++j) {
@@ -116,7 +122,10 @@ void DepthController::record_draft(int k, double seconds) {
 void DepthController::record_verify(int n, double seconds) {
   if (n < 1 || n > p_.k_max + 1) return;
   double& t = t_verify_[static_cast<size_t>(n)];
-  t = t < 0 ? seconds : t + p_.ema * (seconds - t);
+  int& c = n_verify_[static_cast<size_t>(n)];
+  // The first pass of a depth is often cold (caches, page faults): the second replaces it.
+  t = c < 2 ? seconds : t + p_.ema * (seconds - t);
+  ++c;
 }
 
 void DepthController::record_round(int drafted, int accepted) {

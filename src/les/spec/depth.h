@@ -6,8 +6,8 @@
 // pass over n positions under the current load: with streamed experts it holds the reads of the
 // union of the positions' missing experts at the measured disk speed, resident it is compute.
 // Costs are exponential moving averages per n; an unmeasured n is interpolated from measured
-// neighbours. When k = 0 wins, a probe round every `probe_every` steps keeps the acceptance and
-// the costs current, so speculation comes back when the load changes.
+// neighbours. Every `probe_every` rounds the runner-up (a plain step when speculation wins, a
+// speculative round when it does not) runs once, so both estimates follow the load and the text.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ struct DepthParams {
   int k_max = 8;           // --draft-max
   int k_min = 0;           // --draft-min: a round drafts at least this many or none
   bool adaptive = true;    // false: always k_max
-  int probe_every = 24;    // rounds between probes while k = 0 wins
+  int probe_every = 24;    // rounds between runs of the runner-up depth
   double ema = 0.25;       // weight of a new cost measurement
   double decay = 0.98;     // per round, of the acceptance counts
 };
@@ -51,6 +51,7 @@ class DepthController {
 
   DepthParams p_;
   std::vector<double> t_verify_, t_draft_;    // [n], [k]; < 0: not measured
+  std::vector<int> n_verify_;                 // [n]: passes measured
   std::vector<double> acc_n_, acc_d_;         // per position: accepted / drafted counts
   int rounds_since_probe_ = 0;
 };

@@ -1,12 +1,15 @@
 #include "les/spec/make_drafter.h"
 
+#include <algorithm>
+
 #include "les/spec/draft_model_drafter.h"
+#include "les/spec/dspark_drafter.h"
 #include "les/spec/ngram_drafter.h"
 #include "les/util/error.h"
 
 namespace les {
 
-const char* drafter_kinds() { return "none, draft, ngram"; }
+const char* drafter_kinds() { return "none, draft, dspark, ngram"; }
 
 std::unique_ptr<Drafter> make_drafter(const DrafterOptions& o, const Model& target) {
   if (o.kind.empty() || o.kind == "none") return nullptr;
@@ -21,6 +24,11 @@ std::unique_ptr<Drafter> make_drafter(const DrafterOptions& o, const Model& targ
     cp.n_ctx = o.n_ctx;
     cp.n_batch = 256;
     return std::make_unique<DraftModelDrafter>(std::move(m), target, cp, o.sampling);
+  }
+  if (o.kind == "dspark") {
+    const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(target.config().n_ctx_train, 4096);
+    auto m = DsparkModel::load(o.draft_path, target.config(), o.n_threads, n_ctx + 64);
+    return std::make_unique<DsparkDrafter>(std::move(m));
   }
   throw Error(strfmt("unknown --spec '%s' (choose from: %s)", o.kind.c_str(), drafter_kinds()));
 }
