@@ -96,6 +96,7 @@ RefFile read_ref(const std::string& path) {
 
 struct LogitDiff {
   double max_rel = 0, max_abs = 0, sum_abs = 0;
+  double max_conf = 0;  // largest confidence difference
   int64_t n = 0;
   void add(const float* les_lg, const float* ref, int n_vocab) {
     double scale = 0, worst = 0;
@@ -138,7 +139,9 @@ LogitDiff check_stored_features(DsparkModel& d, const RefFile& ref, const RefFil
       diff.add(d.logits(s), c.logits.data() + static_cast<size_t>(s) * ref.n_vocab, ref.n_vocab);
       EXPECT_LE(one.max_rel, tol_rel) << "case " << ci << " slot " << s << " (max abs " << one.max_abs << ")";
       if (s >= i_beg && d.has_confidence()) {
-        EXPECT_NEAR(conf.at(static_cast<size_t>(s - i_beg)), c.conf[static_cast<size_t>(s)], tol_conf)
+        const float cl = conf.at(static_cast<size_t>(s - i_beg)), cr = c.conf[static_cast<size_t>(s)];
+        diff.max_conf = std::max(diff.max_conf, std::fabs(static_cast<double>(cl) - cr));
+        EXPECT_NEAR(cl, cr, tol_conf)
             << "case " << ci << " slot " << s;
       }
     }
@@ -197,8 +200,8 @@ TEST(Dspark, TrainedDrafterMatchesLlamaCppOnStoredFeatures) {
   // both sides, F16 KV cache emulated), so the test holds a tighter bound.
   const LogitDiff diff = check_stored_features(*d, ref, ref, 1e-3, 1e-3, &n);
   EXPECT_GE(n, 3);
-  std::printf("trained F16 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g\n", n,
-              diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n));
+  std::printf("trained F16 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g, conf %.3g\n", n,
+              diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n), diff.max_conf);
 }
 
 // Injection in pieces, rollback and repeated drafts give the same bits as one injection.
@@ -282,8 +285,8 @@ TEST(Dspark, SynthF32DrafterMatchesLlamaCpp) {
   int n = 0;
   const LogitDiff diff = check_stored_features(*d, ref, feats, 1e-4, 1e-5, &n);
   EXPECT_GE(n, 2);
-  std::printf("random F32 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g\n", n,
-              diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n));
+  std::printf("random F32 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g, conf %.3g\n", n,
+              diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n), diff.max_conf);
   const auto les_feats = les_features(*target, d->target_layers(), ref);
   int same = 0;
   for (size_t ci = 0; ci < ref.cases.size(); ++ci) {

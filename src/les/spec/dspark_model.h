@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "les/gguf/gguf.h"
 #include "les/model/config.h"
 #include "les/model/matmul.h"
 #include "les/model/weights.h"
