@@ -143,6 +143,10 @@ struct SlotClassPlan {
 std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_slot_bytes, int n_expert,
                                              int min_slots, uint64_t cache_bytes);
 
+// One file per concern: streaming_experts.cpp (construction, stats), streaming_slots.cpp (slot
+// pools and eviction), streaming_io.cpp (reads, priorities, prefetch issue), streaming_predictor.cpp
+// (guesses), streaming_executor.cpp (with_experts: resident first). Each file's head states its
+// contract.
 class StreamingExperts final : public ExpertSource {
  public:
   // model must have been loaded with map_experts = false (or true: then only the layout is used).
@@ -224,6 +228,25 @@ class StreamingExperts final : public ExpertSource {
   // the expert's best logit over the tokens (descending).
   void router_ranks(int layer, const float* x, int64_t n_tok, int k, int km, std::vector<uint8_t>& rank,
                     std::vector<int>& order);
+  // After a layer's demand reads: the next layer's guesses at prefetch priority, then the deeper
+  // ones (two-ahead, or the oracle's) nearest layer first, at speculative priority.
+  void issue_lookahead_prefetches(int layer);
+
+  // with_experts in steps (streaming_executor.cpp); LayerRun is one call's state.
+  struct LayerRun;
+  // The layer's guesses that it did not select: unstarted reads cancelled, the rest counted as
+  // wasted and marked stale (evicted first).
+  void settle_guesses(LayerRun& r, bool have_pred);
+  // Counts the selection against the guesses; sorts it into resident (pinned), in flight
+  // (pinned, promoted to demand) and missing (deferred).
+  void classify(LayerRun& r, bool have_pred, bool have_refined, bool have_ahead2);
+  // Demand reads for deferred experts while slots can be had.
+  void issue_demand_reads(LayerRun& r);
+  void run_expert(LayerRun& r, size_t i);
+  void run_residents(LayerRun& r);  // lookahead: the resident experts, before any wait
+  // The rest: each as it arrives (lookahead) or all once none is in flight (ondemand).
+  void run_arrivals(LayerRun& r);
+  static double now_s();
 
   const Model& model_;
   const ModelConfig& cfg_;

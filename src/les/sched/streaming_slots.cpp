@@ -1,0 +1,141 @@
+// The slot cache: fixed-size slots in one arena, grouped in pools by slot size, each pool with its
+// own eviction policy, a free list and a list of stale (wrongly guessed) slots.
+//
+// Owns: plan_slot_classes (how the cache's bytes split into pools), the key -> slot map's
+//   indexing, eviction, and which slot a new read gets.
+// Promises: acquire_slot hands out a free slot of the layer's pool, or evicts one: expired
+//   wrong guesses first, then the policy's victim among ready, unpinned slots (unprotected ones
+//   unless demand); -1 when none can be had. Eviction forgets the key, tells the policy, and
+//   counts a prefetched-but-never-used expert's bytes as wasted (once). A slot being read or
+//   pinned is never evicted.
+// Relies on: callers pin a slot for as long as they compute from it (streaming_executor.cpp),
+//   and set its state through submit_read / on_complete (streaming_io.cpp); step_ advances once
+//   per layer (protection epochs).
+#include <algorithm>
+
+#include "les/sched/streaming_experts.h"
+#include "les/util/error.h"
+
+namespace les {
+
+std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_slot_bytes, int n_expert,
+                                             int min_slots, uint64_t cache_bytes) {
+  std::vector<SlotClassPlan> cls;
+  for (size_t l = 0; l < layer_slot_bytes.size(); ++l) {
+    auto it = std::find_if(cls.begin(), cls.end(), [&](const SlotClassPlan& c) { return c.slot_bytes == layer_slot_bytes[l]; });
+    if (it == cls.end()) {
+      cls.push_back(SlotClassPlan{layer_slot_bytes[l], {}, 0});
+      it = cls.end() - 1;
+    }
+    it->layers.push_back(static_cast<int>(l));
+  }
+  std::sort(cls.begin(), cls.end(), [](const SlotClassPlan& a, const SlotClassPlan& b) { return a.slot_bytes > b.slot_bytes; });
+  auto sizes = [&] {
+    std::string s;
+    for (const auto& c : cls) s += strfmt("%s%.2f MiB (%zu layers)", s.empty() ? "" : ", ", c.slot_bytes / 1048576.0, c.layers.size());
+    return s;
+  };
+  if (cls.size() == 1) {
+    cls[0].n_slots = static_cast<int>(std::min<uint64_t>(cache_bytes / cls[0].slot_bytes, INT32_MAX));
+  } else {
+    double total = 0;  // bytes of all experts, in slots
+    for (const auto& c : cls) total += static_cast<double>(c.slot_bytes) * static_cast<double>(c.layers.size()) * n_expert;
+    uint64_t used = 0;
+    for (auto& c : cls) {
+      const double share = static_cast<double>(cache_bytes) * static_cast<double>(c.slot_bytes) *
+                           static_cast<double>(c.layers.size()) * n_expert / total;
+      c.n_slots = std::max(min_slots, static_cast<int>(share / static_cast<double>(c.slot_bytes)));
+      used += static_cast<uint64_t>(c.n_slots) * c.slot_bytes;
+    }
+    if (used > cache_bytes) {
+      uint64_t need = 0;
+      for (const auto& c : cls) need += static_cast<uint64_t>(min_slots) * c.slot_bytes;
+      throw Error(strfmt("the expert cache (%.1f MiB) cannot hold %d experts of each expert size this model has "
+                         "(%s): at least %.1f MiB are needed",
+                         cache_bytes / 1048576.0, min_slots, sizes().c_str(), need / 1048576.0));
+    }
+    // Leftover bytes: one slot at a time to the pool holding the smallest fraction of its experts.
+    for (;;) {
+      SlotClassPlan* best = nullptr;
+      double best_frac = 0;
+      for (auto& c : cls) {
+        if (used + c.slot_bytes > cache_bytes) continue;
+        const double frac = static_cast<double>(c.n_slots) / (static_cast<double>(c.layers.size()) * n_expert);
+        if (!best || frac < best_frac) { best = &c; best_frac = frac; }
+      }
+      if (!best) break;
+      ++best->n_slots;
+      used += best->slot_bytes;
+    }
+  }
+  for (const auto& c : cls) {
+    if (c.n_slots < min_slots) {
+      throw Error(strfmt("the expert cache (%.1f MiB) holds %d experts; at least %d (%.1f MiB) are needed to "
+                         "compute one token's layer",
+                         cache_bytes / 1048576.0, c.n_slots, min_slots, min_slots * c.slot_bytes / 1048576.0));
+    }
+  }
+  return cls;
+}
+
+void StreamingExperts::reset_slot(Slot& s) {
+  uint8_t* data = s.data;
+  const int cls = s.cls;
+  s = Slot{};
+  s.data = data;
+  s.cls = cls;
+}
+
+size_t StreamingExperts::index(cache::ExpertKey k) const {
+  return static_cast<size_t>(cache::key_layer(k)) * static_cast<size_t>(cfg_.n_expert) +
+         static_cast<size_t>(cache::key_expert(k));
+}
+
+void StreamingExperts::evict(int si) {
+  Slot& s = slots_[static_cast<size_t>(si)];
+  LES_ASSERT(s.state == SlotState::ready && s.pins == 0);
+  policy_of(s.key).on_evict(s.key);
+  if (s.prefetched && !s.waste_counted) {
+    stats_.layers[static_cast<size_t>(cache::key_layer(s.key))].bytes_wasted += layout_.expert_bytes(cache::key_layer(s.key));
+  }
+  key_slot_[index(s.key)] = -1;
+  reset_slot(s);
+}
+
+int StreamingExperts::acquire_slot(int layer, bool demand) {
+  SlotPool& pool = pools_[static_cast<size_t>(layer_pool_[static_cast<size_t>(layer)])];
+  if (!pool.free.empty()) {
+    const int si = pool.free.back();
+    pool.free.pop_back();
+    return si;
+  }
+  // Expired guesses go first: a prefetched expert whose layer passed without selecting it is
+  // the least valuable entry (it must not push out experts that real routing used).
+  if (!pool.stale.empty()) {
+    while (!pool.stale.empty()) {
+      const int si = pool.stale.back();
+      pool.stale.pop_back();
+      Slot& s = slots_[static_cast<size_t>(si)];
+      if (s.state == SlotState::ready && s.pins == 0 && s.prefetched && s.protect_until < step_) {
+        evict(si);
+        return si;
+      }
+    }
+  }
+  cache::ExpertKey victim = 0;
+  const bool found = pool.policy->victim(
+      [&](cache::ExpertKey k) {
+        const int si = slot_of(k);
+        if (si < 0) return false;
+        const Slot& s = slots_[static_cast<size_t>(si)];
+        return s.state == SlotState::ready && s.pins == 0 && (demand || s.protect_until < step_);
+      },
+      &victim);
+  if (!found) return -1;
+  const int si = slot_of(victim);
+  evict(si);
+  // evict() left the slot free; hand it out directly.
+  return si;
+}
+
+}  // namespace les
