@@ -18,6 +18,7 @@
 #include "les/spec/accept.h"
 #include "les/spec/depth.h"
 #include "les/spec/draft_model_drafter.h"
+#include "les/spec/make_drafter.h"
 #include "les/spec/ngram_drafter.h"
 #include "les/spec/oracle_drafter.h"
 #include "les/synth/synth.h"
@@ -155,7 +156,7 @@ TEST(SpecDepth, SwitchesOffWhereVerificationIsTooDearAndOnWhereItIsCheap) {
   // Compute-bound: extra positions are nearly free and acceptance is high: draft deep.
   const auto on = run(0.9, 0.05);
   EXPECT_GE(on.second, 80);
-  EXPECT_EQ(on.first, 0);
+  EXPECT_LE(on.first, 5) << "only the plain-step probes (one in 24 rounds)";
 }
 
 TEST(SpecDepth, ConfidenceTrimsABlock) {
@@ -222,6 +223,10 @@ TEST(SpecGreedy, IdenticalToPlainForEveryDrafterAndDepth) {
     drafters.push_back(std::make_unique<DraftModelDrafter>(Model::load(test::tiny_draft_path()), *m,
                                                            ContextParams{.n_ctx = 256}, SamplerParams{.temp = 0}));
     for (double a : {1.0, 0.6, 0.0}) drafters.push_back(std::make_unique<OracleDrafter>(rec, a, nv, 7));
+    if (test::file_exists(test::shared_models() + "/tiny-moe-dspark.gguf")) {
+      drafters.push_back(make_drafter(DrafterOptions{.kind = "dspark", .draft_path = test::shared_models() + "/tiny-moe-dspark.gguf",
+                                                     .n_threads = 1, .n_ctx = 256, .sampling = {.temp = 0}}, *m));
+    }
     for (auto& d : drafters) {
       for (const auto& [k, adaptive] : std::vector<std::pair<int, bool>>{{1, false}, {3, false}, {6, false}, {6, true}}) {
         Context ctx(*m, cp);
@@ -243,6 +248,7 @@ TEST(SpecGreedy, IdenticalToPlainForEveryDrafterAndDepth) {
 TEST(SpecGreedy, IdenticalWhileStreamingForBothSchedulesAndCacheSizes) {
   LES_REQUIRE_FILE(test::tiny_moe_path());
   LES_REQUIRE_FILE(test::tiny_draft_path());
+  LES_REQUIRE_FILE(test::shared_models() + "/tiny-moe-dspark.gguf");
   auto resident = Model::load(test::tiny_moe_path());
   auto streamed = Model::load(test::tiny_moe_path(), LoadOptions{.map_experts = false});
   Tokenizer tok(vocab_from_gguf(resident->gguf()));
@@ -256,7 +262,9 @@ TEST(SpecGreedy, IdenticalWhileStreamingForBothSchedulesAndCacheSizes) {
       OracleDrafter oracle(rec, 0.7, nv, 3);
       DraftModelDrafter draft(Model::load(test::tiny_draft_path()), *resident, ContextParams{.n_ctx = 128},
                               SamplerParams{.temp = 0});
-      for (Drafter* d : std::initializer_list<Drafter*>{&oracle, &draft}) {
+      auto dspark = make_drafter(DrafterOptions{.kind = "dspark", .draft_path = test::shared_models() + "/tiny-moe-dspark.gguf",
+                                                .n_threads = 1, .n_ctx = 128, .sampling = {.temp = 0}}, *resident);
+      for (Drafter* d : std::initializer_list<Drafter*>{&oracle, &draft, dspark.get()}) {
         StreamingExperts ex(*streamed, test::stream_opts(*streamed, s, storage::IoMode::pread, slots));
         Context ctx(*streamed, ContextParams{.n_ctx = 128, .n_threads = 2}, &ex);
         const GenRun r = generate_run(ctx, tok, prompt, 40, d, 5, false);
