@@ -19,6 +19,7 @@
 #include "les/spec/depth.h"
 #include "les/spec/draft_model_drafter.h"
 #include "les/spec/make_drafter.h"
+#include "les/spec/mtp_drafter.h"
 #include "les/spec/ngram_drafter.h"
 #include "les/spec/oracle_drafter.h"
 #include "les/synth/synth.h"
@@ -301,6 +302,50 @@ TEST(SpecGreedy, RecurrentModelRollsBackExactly) {
     EXPECT_GT(r.spec.accepted, 0);
     EXPECT_LT(r.spec.accepted, r.spec.drafted) << "some drafts must be rejected for the rollback to be tested";
   }
+}
+
+TEST(SpecGreedy, MtpDraftsAreVerifiedExactly) {
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.full_attn_interval = 2;
+  s.type = "f32";
+  s.seed = 11;
+  s.n_mtp = 1;
+  const std::string path = test::temp_dir() + "/spec_qwen35_mtp.gguf";
+  synth::write_synth_model(s, path);
+  auto m = Model::load(path);
+  Tokenizer tok(vocab_from_gguf(m->gguf()));
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 41, 7, 200};
+  Context plain_ctx(*m, ContextParams{.n_ctx = 128});
+  const GenRun plain = generate_run(plain_ctx, tok, prompt, 32, nullptr, 0, false);
+  for (const auto& [k, adaptive] : std::vector<std::pair<int, bool>>{{1, false}, {3, false}, {4, true}}) {
+    MtpDrafter mtp;
+    Context ctx(*m, ContextParams{.n_ctx = 128, .n_threads = 2});
+    const GenRun r = generate_run(ctx, tok, prompt, 32, &mtp, k, adaptive);
+    EXPECT_EQ(r.tokens, plain.tokens) << "k=" << k;
+    EXPECT_EQ(r.hash, plain.hash) << "k=" << k;
+    if (!adaptive) {
+      EXPECT_GT(r.spec.drafted, 0);
+    }
+  }
+  // The MTP block's experts are not resident when the model streams: a clear error.
+  auto streamed = Model::load(path, LoadOptions{.map_experts = false});
+  StreamingExperts ex(*streamed, test::stream_opts(*streamed, Schedule::lookahead, storage::IoMode::pread, 16));
+  Context sctx(*streamed, ContextParams{.n_ctx = 128}, &ex);
+  MtpDrafter mtp;
+  try {
+    generate_run(sctx, tok, prompt, 8, &mtp, 2, false);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not resident"), std::string::npos) << e.what();
+  }
+  // A model without an MTP block.
+  s.n_mtp = 0;
+  const std::string plain_path = test::temp_dir() + "/spec_qwen35_nomtp.gguf";
+  synth::write_synth_model(s, plain_path);
+  auto nm = Model::load(plain_path);
+  Context nctx(*nm, ContextParams{.n_ctx = 64});
+  MtpDrafter mtp2;
+  EXPECT_THROW(generate_run(nctx, tok, prompt, 4, &mtp2, 2, false), Error);
 }
 
 TEST(SpecGreedy, NgramDrafterProposesWhatFollowedTheLatestMatch) {

@@ -32,7 +32,6 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   double t0 = now_s();
   const int pos_prompt = ctx.n_past();
   ctx.eval(prompt, false);
-  drafter.on_target_eval(pos_prompt, static_cast<int>(prompt.size()), ctx.n_past());
   st.prompt_seconds = now_s() - t0;
   st.n_prompt = static_cast<int>(prompt.size());
   check_finite(ctx.last_logits(), n_vocab, ctx.n_past());
@@ -62,6 +61,10 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   sampler.distribution(ctx.last_logits(), n_vocab, dist);
   st.final_logits_hash = hash64(ctx.last_logits(), sizeof(float) * static_cast<size_t>(n_vocab));
   bool go = commit(sampler.draw(dist));
+  if (go) {
+    drafter.on_target_eval(pos_prompt, static_cast<int>(prompt.size()), ctx.n_past(),
+                           std::span<const int32_t>(history).subspan(1));
+  }
   Draft d;
   std::vector<int32_t> batch;
   while (go) {
@@ -127,7 +130,10 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
     // The context keeps every committed token but the last (which the next round evaluates).
     const int n_keep = pos_prompt + static_cast<int>(history.size()) - 1;
     if (n_keep < ctx.n_past()) ctx.rollback(n_keep);
-    drafter.on_target_eval(pos0, static_cast<int>(batch.size()), n_keep);
+    if (go) {
+      drafter.on_target_eval(pos0, static_cast<int>(batch.size()), n_keep,
+                             std::span<const int32_t>(history).subspan(static_cast<size_t>(pos0 - pos_prompt + 1)));
+    }
     const double tv = now_s() - a;
     depth.record_verify(static_cast<int>(batch.size()), tv);
     depth.record_round(nd, acc);

@@ -43,9 +43,12 @@ class Drafter {
   // fewer, or none, when it has nothing worth proposing.
   virtual void draft(std::span<const int32_t> history, int max_n, Draft& out) = 0;
 
-  // The target evaluated `n` positions from pos0 (a prefill chunk or a verification batch) and
-  // then kept the first n_keep positions of the context (n_keep <= pos0 + n).
-  virtual void on_target_eval(int /*pos0*/, int /*n*/, int /*n_keep*/) {}
+  // The target evaluated `n` positions from pos0 (the prompt or a verification batch), the
+  // tokens were committed, and the context kept its first n_keep positions (n_keep <= pos0 + n).
+  // next_tokens[i] is the committed token at position pos0 + i + 1, for i < n_keep - pos0 (the
+  // last one is the newest committed token, which the target has not evaluated yet). The
+  // target's outputs of that pass (Context::hidden, logits) are still readable.
+  virtual void on_target_eval(int /*pos0*/, int /*n*/, int /*n_keep*/, std::span<const int32_t> /*next_tokens*/) {}
 
   // Bytes this drafter keeps resident (weights, caches), for the memory budget.
   virtual uint64_t resident_bytes() const { return 0; }

@@ -51,7 +51,7 @@ void DsparkDrafter::truncate(int n_pos) {
   }
 }
 
-void DsparkDrafter::on_target_eval(int pos0, int n, int n_keep) {
+void DsparkDrafter::on_target_eval(int pos0, int n, int n_keep, std::span<const int32_t>) {
   // The pass's own rows come first; rows after them (a recurrent model's replay) are not new.
   const int keep = std::clamp(n_keep - pos0, 0, std::min(n, pending_rows_));
   truncate(pos0);

@@ -19,7 +19,7 @@ class DsparkDrafter final : public Drafter {
   std::string name() const override { return "dspark"; }
   void attach(Context& target) override;
   void draft(std::span<const int32_t> history, int max_n, Draft& out) override;
-  void on_target_eval(int pos0, int n, int n_keep) override;
+  void on_target_eval(int pos0, int n, int n_keep, std::span<const int32_t> next_tokens) override;
   uint64_t resident_bytes() const override { return model_->bytes(); }
   const DsparkModel& model() const { return *model_; }
 

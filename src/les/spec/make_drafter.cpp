@@ -4,18 +4,20 @@
 
 #include "les/spec/draft_model_drafter.h"
 #include "les/spec/dspark_drafter.h"
+#include "les/spec/mtp_drafter.h"
 #include "les/spec/ngram_drafter.h"
 #include "les/util/error.h"
 
 namespace les {
 
-const char* drafter_kinds() { return "none, draft, dspark, ngram"; }
+const char* drafter_kinds() { return "none, draft, dspark, mtp, ngram"; }
 
 std::unique_ptr<Drafter> make_drafter(const DrafterOptions& o, const Model& target) {
   if (o.kind.empty() || o.kind == "none") return nullptr;
   const bool needs_file = o.kind == "draft" || o.kind == "dspark";
   if (needs_file && o.draft_path.empty()) throw Error(strfmt("--spec %s needs --draft FILE", o.kind.c_str()));
   if (!needs_file && !o.draft_path.empty()) throw Error(strfmt("--draft is only for --spec draft or dspark (got --spec %s)", o.kind.c_str()));
+  if (o.kind == "mtp") return std::make_unique<MtpDrafter>();
   if (o.kind == "ngram") return std::make_unique<NgramDrafter>(o.ngram_min, o.ngram_max);
   if (o.kind == "draft") {
     auto m = Model::load(o.draft_path);
