@@ -12,6 +12,13 @@ DsparkDrafter::DsparkDrafter(std::unique_ptr<DsparkModel> m) : model_(std::move(
 
 void DsparkDrafter::attach(Context& target) {
   target_ = &target;
+  // A new generation: forget the previous one's context (positions before the target's n_past()
+  // that this drafter did not see make it propose nothing until they are gone).
+  model_->rollback(0);
+  backlog_rows_ = 0;
+  pending_rows_ = 0;
+  chunk_base_ = 0;
+  in_sync_ = true;
   const int n_layer = target.model().config().n_layer;
   slot_of_layer_.assign(static_cast<size_t>(n_layer) + 1, -1);
   const auto& tl = model_->target_layers();
