@@ -382,3 +382,24 @@ TEST(SpecCli, BadOptionsAreClearErrors) {
   ASSERT_EQ(test::run_les("run" + m + " -n 24 --spec ngram --stats", &err), 0) << err;
   EXPECT_NE(err.find("acceptance by position"), std::string::npos) << err;
 }
+
+TEST(SpecBench, ClearedExpertCacheRunsLikeANewOne) {
+  // bench_spec reuses one expert cache per budget and clears it before each run: a cleared cache
+  // must behave as a new one (ondemand: the same reads, hits and logits).
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  auto streamed = Model::load(test::tiny_moe_path(), LoadOptions{.map_experts = false});
+  const std::vector<int32_t> prompt = {785, 3974, 293, 4830, 282, 5131, 7784, 82};
+  const StreamingOptions o = test::stream_opts(*streamed, Schedule::ondemand, storage::IoMode::pread, 40);
+  StreamingExperts fresh(*streamed, o);
+  const auto want = test::greedy_hashes(*streamed, &fresh, prompt, 12);
+  const LayerStreamStats ws = fresh.stats().total();
+  StreamingExperts reused(*streamed, o);
+  test::greedy_hashes(*streamed, &reused, {9, 8, 7, 6, 5, 4, 3, 2, 1}, 20);  // fill it with other experts
+  reused.clear();
+  EXPECT_EQ(reused.stats().total().bytes_demand, 0u);
+  const auto got = test::greedy_hashes(*streamed, &reused, prompt, 12);
+  EXPECT_EQ(got, want);
+  const LayerStreamStats rs = reused.stats().total();
+  EXPECT_EQ(rs.bytes_demand, ws.bytes_demand);
+  EXPECT_EQ(rs.hits, ws.hits);
+}

@@ -161,6 +161,11 @@ class StreamingExperts final : public ExpertSource {
 
   const StreamStats& stats() const { return stats_; }
   void reset_stats();
+  // Forgets every cached expert and prediction (a cold cache, as after construction) without
+  // giving the arena back: waits for the reads in flight, then frees every slot, restarts each
+  // pool's eviction policy and resets the statistics. For benchmarks that start each run cold
+  // (allocating and touching a multi-GiB arena again would cost seconds).
+  void clear();
   int n_slots() const { return static_cast<int>(slots_.size()); }
   const std::vector<SlotClassPlan>& slot_classes() const { return class_plan_; }
   uint64_t slot_bytes() const { return layout_.slot_bytes(); }

@@ -78,6 +78,38 @@ std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_
   return cls;
 }
 
+void StreamingExperts::clear() {
+  while (!tag_slot_.empty()) drain(true, 100000);
+  for (Slot& s : slots_) reset_slot(s);
+  std::fill(key_slot_.begin(), key_slot_.end(), -1);
+  size_t si = 0;
+  for (size_t c = 0; c < pools_.size(); ++c) {  // the constructor's free-list order
+    const SlotClassPlan& cp = class_plan_[c];
+    SlotPool& pool = pools_[c];
+    pool.free.clear();
+    pool.stale.clear();
+    const size_t first = si;
+    si += static_cast<size_t>(cp.n_slots);
+    for (size_t i = si; i > first; --i) pool.free.push_back(static_cast<int>(i - 1));
+    cache::PolicyParams pp;
+    pp.capacity = static_cast<size_t>(cp.n_slots);
+    pp.n_layers = cfg_.n_layer;
+    pp.top_k = cfg_.n_expert_used;
+    pool.policy = cache::make_policy(opt_.policy, pp);
+  }
+  for (Prediction& p : pred_) {
+    p.valid = p.issued = p.has_refined = false;
+    p.keys.clear();
+    std::fill(p.rank.begin(), p.rank.end(), 0);
+    std::fill(p.refined.begin(), p.refined.end(), 0);
+  }
+  std::fill(ahead2_valid_.begin(), ahead2_valid_.end(), 0);
+  for (auto& k : ahead2_keys_) k.clear();
+  for (auto& k : ahead2_issued_) k.clear();
+  token_prefetch_bytes_ = 0;
+  reset_stats();
+}
+
 void StreamingExperts::reset_slot(Slot& s) {
   uint8_t* data = s.data;
   const int cls = s.cls;

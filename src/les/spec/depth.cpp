@@ -71,8 +71,10 @@ int DepthController::choose(const std::vector<float>* confidence) {
   // One full-depth round measures the acceptance of every position and the dearest verification;
   // depths between are interpolated until they are measured themselves.
   if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0) return p_.k_max;
+  // Speculation must beat a plain step by a margin: the estimates are noisy, and a depth that
+  // only ties costs memory traffic and drafting for nothing.
   int best = 0, second = -1;
-  double best_rate = 1.0 / t1, second_rate = -1;
+  double best_rate = p_.margin / t1, second_rate = -1;
   for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
     const double tv = verify_seconds(k + 1);
     const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);

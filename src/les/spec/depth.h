@@ -23,6 +23,7 @@ struct DepthParams {
   int probe_every = 24;    // rounds between runs of the runner-up depth
   double ema = 0.25;       // weight of a new cost measurement
   double decay = 0.98;     // per round, of the acceptance counts
+  double margin = 1.05;    // a depth k > 0 is chosen only if its expected rate beats a plain step's by this
 };
 
 class DepthController {
