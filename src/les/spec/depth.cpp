@@ -14,6 +14,7 @@ DepthController::DepthController(const DepthParams& p) : p_(p) {
   }
   t_verify_.assign(static_cast<size_t>(p_.k_max) + 2, -1.0);
   n_verify_.assign(static_cast<size_t>(p_.k_max) + 2, 0);
+  probe_interval_ = std::max(1, p_.probe_every);
   t_draft_.assign(static_cast<size_t>(p_.k_max) + 1, -1.0);
   t_draft_[0] = 0.0;
   acc_n_.assign(static_cast<size_t>(p_.k_max) + 1, 0.0);
@@ -90,10 +91,16 @@ int DepthController::choose(const std::vector<float>* confidence) {
   }
   // Every probe_every rounds a plain step (or, when it wins, the runner-up) runs once, so that the estimates of the choice not
   // taken (a plain step's time included) follow the machine's load and the text.
-  if (++rounds_since_probe_ >= p_.probe_every) {
+  // While plain steps win, each probe that confirms it doubles the interval (up to 16x): a probe
+  // round costs a drafting pass and a dearer verification, which adds up when it keeps losing.
+  if (best != 0) probe_interval_ = p_.probe_every;
+  if (++rounds_since_probe_ >= probe_interval_) {
     rounds_since_probe_ = 0;
     if (best != 0) return 0;           // a plain step: the measure everything is compared with
-    if (second >= 0) return second;
+    if (second >= 0) {
+      probe_interval_ = std::min(probe_interval_ * 2, p_.probe_every * 16);
+      return second;
+    }
   }
   return best;
 }

@@ -55,6 +55,7 @@ class DepthController {
   std::vector<int> n_verify_;                 // [n]: passes measured
   std::vector<double> acc_n_, acc_d_;         // per position: accepted / drafted counts
   int rounds_since_probe_ = 0;
+  int probe_interval_ = 24;
 };
 
 }  // namespace les
