@@ -198,6 +198,17 @@ GenRun generate_run(Context& ctx, const Tokenizer& tok, const std::vector<int32_
   return r;
 }
 
+// A tiny F32 qwen35moe (DeltaNet layers 0 and 2), with or without an MTP block.
+synth::SynthSpec qwen35_spec(int n_mtp) {
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.full_attn_interval = 2;
+  s.type = "f32";
+  s.seed = 11;
+  s.n_mtp = n_mtp;
+  return s;
+}
+const std::vector<int32_t> kQwen35Prompt = {5, 17, 99, 3, 250, 41, 7, 200};
+
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -280,15 +291,12 @@ TEST(SpecGreedy, IdenticalWhileStreamingForBothSchedulesAndCacheSizes) {
 TEST(SpecGreedy, RecurrentModelRollsBackExactly) {
   // qwen35moe: DeltaNet layers cannot truncate their state; rejected drafts are undone by
   // restoring the snapshot and replaying the kept tokens.
-  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
-  s.full_attn_interval = 2;
-  s.type = "f32";
-  s.seed = 11;
+  synth::SynthSpec s = qwen35_spec(0);
   const std::string path = test::temp_dir() + "/spec_qwen35.gguf";
   synth::write_synth_model(s, path);
   auto m = Model::load(path);
   Tokenizer tok(vocab_from_gguf(m->gguf()));
-  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 41, 7, 200};
+  const std::vector<int32_t> prompt = kQwen35Prompt;
   Context plain_ctx(*m, ContextParams{.n_ctx = 128});
   const GenRun plain = generate_run(plain_ctx, tok, prompt, 32, nullptr, 0, false);
   ASSERT_FALSE(plain.tokens.empty());
@@ -305,16 +313,12 @@ TEST(SpecGreedy, RecurrentModelRollsBackExactly) {
 }
 
 TEST(SpecGreedy, MtpDraftsAreVerifiedExactly) {
-  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
-  s.full_attn_interval = 2;
-  s.type = "f32";
-  s.seed = 11;
-  s.n_mtp = 1;
+  synth::SynthSpec s = qwen35_spec(1);
   const std::string path = test::temp_dir() + "/spec_qwen35_mtp.gguf";
   synth::write_synth_model(s, path);
   auto m = Model::load(path);
   Tokenizer tok(vocab_from_gguf(m->gguf()));
-  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 41, 7, 200};
+  const std::vector<int32_t> prompt = kQwen35Prompt;
   Context plain_ctx(*m, ContextParams{.n_ctx = 128});
   const GenRun plain = generate_run(plain_ctx, tok, prompt, 32, nullptr, 0, false);
   for (const auto& [k, adaptive] : std::vector<std::pair<int, bool>>{{1, false}, {3, false}, {4, true}}) {
