@@ -283,6 +283,8 @@ TEST(SpecGreedy, IdenticalWhileStreamingForBothSchedulesAndCacheSizes) {
         EXPECT_EQ(r.tokens, plain.tokens) << d->name() << " " << schedule_name(s) << " slots=" << slots;
         EXPECT_EQ(r.hash, plain.hash) << d->name() << " " << schedule_name(s) << " slots=" << slots;
         EXPECT_GT(r.spec.accepted, 5) << d->name();
+        EXPECT_EQ(r.spec.plain_tokens + r.spec.spec_tokens, 39) << "every token after the first, once";
+        EXPECT_GT(r.spec.plain_bytes + r.spec.spec_bytes, 0u) << "streamed rounds read experts";
       }
     }
   }

@@ -91,6 +91,7 @@ class Context {
   // An empty observer turns it off (the products then cost one branch each, nothing more).
   void set_matmul_observer(MatmulInputObserver obs);
   ThreadPool& pool() { return pool_; }
+  const ExpertSource& experts() const { return *experts_; }
   const Model& model() const { return model_; }
 
   // Bytes of KV cache, recurrent state (with its snapshot) and work buffers (for memory budgets).

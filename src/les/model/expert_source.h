@@ -34,6 +34,9 @@ class ExpertSource {
 
   // Called when a token (or batch) has been fully evaluated.
   virtual void on_token_done() {}
+
+  // Expert bytes read from storage so far (0 for a resident source).
+  virtual uint64_t bytes_read() const { return 0; }
 };
 
 // All experts mapped in memory: views point into the model's file image.

@@ -158,6 +158,10 @@ class StreamingExperts final : public ExpertSource {
   void with_experts(int layer, std::span<const int32_t> ids,
                     const std::function<void(size_t, const ExpertView&)>& run) override;
   void on_token_done() override;
+  uint64_t bytes_read() const override {
+    const LayerStreamStats t = stats_.total();
+    return t.bytes_demand + t.bytes_prefetch;
+  }
 
   const StreamStats& stats() const { return stats_; }
   void reset_stats();

@@ -36,6 +36,10 @@ struct SpecStats {
   std::vector<int> accepted_at;    // [i]: rounds that kept position i + 1
   std::vector<int> chosen_k;       // [k]: rounds whose depth controller chose k
   double draft_seconds = 0, verify_seconds = 0;
+  // Expert bytes read and tokens committed by plain steps (k = 0) and by speculative rounds:
+  // bytes per token with and without speculation in one run (0 bytes when resident).
+  uint64_t plain_bytes = 0, spec_bytes = 0;
+  int plain_tokens = 0, spec_tokens = 0;
   double mean_accepted() const { return rounds ? static_cast<double>(accepted) / rounds : 0; }
 };
 

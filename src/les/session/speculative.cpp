@@ -109,6 +109,8 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
     batch.insert(batch.end(), d.tokens.begin(), d.tokens.end());
     const int pos0 = ctx.n_past();
     const double a = now_s();
+    const uint64_t bytes0 = ctx.experts().bytes_read();
+    const int committed0 = st.n_generated;
     ctx.eval(batch, true);
     ++st.n_decode_evals;
     int acc = 0;
@@ -138,6 +140,9 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
     depth.record_verify(static_cast<int>(batch.size()), tv);
     depth.record_round(nd, acc);
 
+    const uint64_t round_bytes = ctx.experts().bytes_read() - bytes0;
+    (nd > 0 ? ss.spec_bytes : ss.plain_bytes) += round_bytes;
+    (nd > 0 ? ss.spec_tokens : ss.plain_tokens) += st.n_generated - committed0;
     ++ss.rounds;
     ss.drafted += nd;
     ss.accepted += acc;

@@ -23,8 +23,11 @@ std::string format_spec_stats(const GenerateStats& st, uint64_t bytes_read) {
   }
   o += strfmt("\n  time: drafting %.3f s, verification %.3f s", s.draft_seconds, s.verify_seconds);
   if (bytes_read) {
-    o += strfmt("\n  expert bytes read per generated token: %.2f MiB",
-                static_cast<double>(bytes_read) / 1048576.0 / std::max(1, st.n_generated - 1));
+    auto per = [](uint64_t b, int t) { return t > 0 ? static_cast<double>(b) / 1048576.0 / t : 0.0; };
+    o += strfmt("\n  expert bytes read per generated token: %.2f MiB (plain steps %.2f MiB over %d tokens, "
+                "speculative rounds %.2f MiB over %d tokens)",
+                per(bytes_read, std::max(1, st.n_generated - 1)), per(s.plain_bytes, s.plain_tokens), s.plain_tokens,
+                per(s.spec_bytes, s.spec_tokens), s.spec_tokens);
   }
   o += "\n";
   return o;
