@@ -59,7 +59,9 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
 
   t0 = now_s();
   sampler.distribution(ctx.last_logits(), n_vocab, dist);
-  st.final_logits_hash = hash64(ctx.last_logits(), sizeof(float) * static_cast<size_t>(n_vocab));
+  // The logits the last committed token was drawn from; they stay valid until the next eval
+  // (rollback replays produce no outputs), so they are hashed once, at the end.
+  const float* final_logits = ctx.last_logits();
   bool go = commit(sampler.draw(dist));
   if (go) {
     drafter.on_target_eval(pos_prompt, static_cast<int>(prompt.size()), ctx.n_past(),
@@ -118,7 +120,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
       const float* lg = ctx.logits(i);
       check_finite(lg, n_vocab, pos0 + i + 1);
       sampler.distribution(lg, n_vocab, dist);
-      st.final_logits_hash = hash64(lg, sizeof(float) * static_cast<size_t>(n_vocab));
+      final_logits = lg;
       if (i < nd) {
         const auto& q = static_cast<size_t>(i) < d.probs.size() ? d.probs[static_cast<size_t>(i)] : kPointMass;
         const AcceptResult r = accept_or_resample(dist, d.tokens[static_cast<size_t>(i)], q, sampler.rng());
@@ -152,6 +154,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
     ss.verify_seconds += tv;
   }
   st.gen_seconds = now_s() - t0;
+  st.final_logits_hash = hash64(final_logits, sizeof(float) * static_cast<size_t>(n_vocab));
   return st;
 }
 

@@ -19,9 +19,6 @@ DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, const Model& 
                                      const SamplerParams& sampling)
     : model_(std::move(draft)), sampler_(draft_sampling(sampling)), greedy_(sampling.temp <= 0.0f) {
   quality::check_same_vocabulary(target, *model_);
-  if (model_->weights().mtp.runnable() || model_->config().moe) {
-    // allowed, but a draft should be small: say nothing, the user chose it
-  }
   ctx_ = std::make_unique<Context>(*model_, cp);
 }
 
