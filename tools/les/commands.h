@@ -13,5 +13,6 @@ int cmd_pack(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_imatrix(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace les::cli

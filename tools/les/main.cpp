@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"verify", les::cli::cmd_verify, "check a packed model's structure and every expert's checksum"},
     {"perplexity", les::cli::cmd_perplexity, "perplexity on a text; KL divergence against a base model or logits file"},
     {"imatrix", les::cli::cmd_imatrix, "compute an importance matrix over a text (llama.cpp's imatrix format)"},
+    {"bench", les::cli::cmd_bench, "the published staging (baseline -> +lookahead -> ... -> +speculation) on this machine"},
 };
 
 void print_usage() {

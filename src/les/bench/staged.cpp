@@ -1,0 +1,595 @@
+#include "les/bench/staged.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+#include "les/bench/child.h"
+#include "les/bench/disk_probe.h"
+#include "les/bench/run_row.h"
+#include "les/bench/stats.h"
+#include "les/gguf/gguf.h"
+#include "les/model/model.h"
+#include "les/pack/pack.h"
+#include "les/sched/budget.h"
+#include "les/sched/streaming_experts.h"
+#include "les/tokenizer/tokenizer.h"
+#include "les/util/error.h"
+#include "les/util/hash.h"
+
+namespace les::bench {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kDiskProbeSeconds = 1.0;
+constexpr int kDiskProbeQueueDepth = 8;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double mib(double b) { return b / 1048576.0; }
+
+void require_file(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(strfmt("%s '%s': %s", what, path.c_str(), std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw Error(strfmt("%s '%s' is not a regular file", what, path.c_str()));
+}
+
+uint64_t mem_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// A temporary directory for packed files, removed with everything in it when the bench ends
+// (also on errors).
+class TempDir {
+ public:
+  explicit TempDir(std::string parent) : parent_(std::move(parent)) {}
+  ~TempDir() {
+    if (!path_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(path_, ec);
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() {
+    if (path_.empty()) {
+      std::string tmpl = (parent_.empty() ? std::string(".") : parent_) + "/les-bench-XXXXXX";
+      std::vector<char> buf(tmpl.begin(), tmpl.end());
+      buf.push_back('\0');
+      if (!::mkdtemp(buf.data())) {
+        throw Error(strfmt("cannot create a temporary directory in '%s': %s (choose one with --work-dir)",
+                           parent_.empty() ? "." : parent_.c_str(), std::strerror(errno)));
+      }
+      path_ = buf.data();
+    }
+    return path_;
+  }
+
+ private:
+  std::string parent_, path_;
+};
+
+// What a measuring process learns about one file before the runs.
+struct FileProbe {
+  int32_t n_layer = 0, n_expert = 0, n_embd = 0, n_vocab = 0;
+  uint64_t expert_bytes_total = 0, file_bytes = 0;
+  uint8_t packed = 0;
+  double disk_mbs = 0;       // direct I/O expert reads
+  uint64_t mem = 0;          // the budget (original's probe)
+  double cache_share = 0;    // the baseline's cache / expert bytes (original's probe)
+};
+static_assert(std::is_trivially_copyable_v<FileProbe>);
+
+std::vector<int32_t> make_prompt(const BenchOptions& o, const Tokenizer& tok, int n_vocab) {
+  std::vector<int32_t> p;
+  if (!o.prompt_text.empty()) {
+    p = tok.encode(o.prompt_text, false, false);
+    if (p.empty()) throw Error("the -p prompt gives no tokens");
+  } else if (!o.prompt_file.empty()) {
+    std::ifstream f(o.prompt_file, std::ios::binary);
+    if (!f) throw Error(strfmt("cannot read prompt file '%s'", o.prompt_file.c_str()));
+    std::string text(64 * static_cast<size_t>(o.prompt_tokens) + 1024, '\0');
+    f.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(f.gcount()));
+    p = tok.encode(text, false, false);
+    if (p.empty()) throw Error(strfmt("prompt file '%s' gives no tokens", o.prompt_file.c_str()));
+  } else {
+    // Fixed pseudo-random ids below the last 1% of the vocabulary (where control tokens sit).
+    uint64_t x = 12345;
+    const uint64_t range = static_cast<uint64_t>(std::max(1, n_vocab - n_vocab / 100));
+    for (int i = 0; i < o.prompt_tokens; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      p.push_back(static_cast<int32_t>(x % range));
+    }
+  }
+  if (static_cast<int>(p.size()) > o.prompt_tokens) p.resize(static_cast<size_t>(o.prompt_tokens));
+  return p;
+}
+
+int ctx_for(const BenchOptions& o, size_t n_prompt) {
+  RunInputs in;
+  in.prompt.resize(n_prompt);
+  in.n_gen = o.n_gen;
+  return in.n_ctx();
+}
+
+// Probes a file in a child (loads its dense part, measures the disk); the original's probe also
+// makes the prompt and settles the budget.
+FileProbe probe_file(const std::string& path, const BenchOptions& o, bool original, std::vector<int32_t>* prompt) {
+  const ChildOutcome out = run_in_child([&]() {
+    auto model = Model::load(path, LoadOptions{.map_experts = false});
+    const ModelConfig& c = model->config();
+    FileProbe p;
+    p.n_layer = c.n_layer;
+    p.n_expert = c.n_expert;
+    p.n_embd = c.n_embd;
+    p.n_vocab = c.n_vocab;
+    for (int l = 0; l < c.n_layer; ++l) p.expert_bytes_total += model->expert_size(l) * static_cast<uint64_t>(c.n_expert);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) p.file_bytes = static_cast<uint64_t>(st.st_size);
+    p.packed = model->packed() != nullptr;
+    if (p.expert_bytes_total == 0) throw Error(strfmt("'%s' has no routed experts to stream", path.c_str()));
+    std::vector<int32_t> toks;
+    if (original) {
+      Tokenizer tok(vocab_from_gguf(model->gguf()));
+      toks = make_prompt(o, tok, c.n_vocab);
+      const int n_ctx = ctx_for(o, toks.size());
+      const uint64_t slot = StreamingExperts::slot_bytes_for(*model, storage::IoMode::naive);
+      p.mem = o.mem;
+      if (p.mem == 0) {
+        // The budget whose baseline cache holds cache_share of the experts: the fixed part
+        // (dense, KV, work, overhead) plus that share, rounded up to a MiB.
+        const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slot);
+        const uint64_t fixed = big.total - big.cache;
+        const uint64_t want = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total)) + slot;
+        p.mem = (want + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+      }
+      const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slot);  // throws: budget too small
+      p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
+    }
+    p.disk_mbs = measure_expert_read_mbs(*model, storage::IoMode::uring, kDiskProbeQueueDepth, kDiskProbeSeconds);
+    std::string s(sizeof p + toks.size() * sizeof(int32_t), '\0');
+    std::memcpy(s.data(), &p, sizeof p);
+    if (!toks.empty()) std::memcpy(s.data() + sizeof p, toks.data(), toks.size() * sizeof(int32_t));
+    return s;
+  });
+  if (!out.ok) throw Error(out.error);
+  if (out.payload.size() < sizeof(FileProbe)) throw Error("the probe process returned no result");
+  FileProbe p;
+  std::memcpy(&p, out.payload.data(), sizeof p);
+  if (prompt) {
+    prompt->resize((out.payload.size() - sizeof p) / sizeof(int32_t));
+    if (!prompt->empty()) std::memcpy(prompt->data(), out.payload.data() + sizeof p, prompt->size() * sizeof(int32_t));
+  }
+  return p;
+}
+
+void same_shape(const FileProbe& a, const FileProbe& b, const std::string& what, const std::string& path,
+                const std::string& model) {
+  if (a.n_layer != b.n_layer || a.n_expert != b.n_expert || a.n_embd != b.n_embd || a.n_vocab != b.n_vocab) {
+    throw Error(strfmt("%s '%s' is not the same model shape as '%s' (%d layers, %d experts, n_embd %d, vocab %d vs "
+                       "%d, %d, %d, %d)",
+                       what.c_str(), path.c_str(), model.c_str(), b.n_layer, b.n_expert, b.n_embd, b.n_vocab, a.n_layer,
+                       a.n_expert, a.n_embd, a.n_vocab));
+  }
+}
+
+void pack_in_child(const std::string& in, const std::string& out_path) {
+  const ChildOutcome out = run_in_child([&]() {
+    pack::pack_model(in, out_path);
+    return std::string();
+  });
+  if (!out.ok) throw Error(strfmt("packing '%s': %s", in.c_str(), out.error.c_str()));
+}
+
+// One process to start per repeat: a row, or the routing oracle beside a lookahead row.
+struct Slot {
+  size_t row = 0;       // index into the report's rows
+  bool oracle = false;
+  int group = 0;        // hash group
+  RowPlan plan;
+  std::string label;
+  std::vector<RunMeasure> runs;  // counted repeats
+  std::vector<double> rss;       // counted repeats, bytes
+  std::vector<int32_t> last_tokens;
+};
+
+std::string short_hash(uint64_t h) { return hex64(h); }
+
+}  // namespace
+
+BenchReport run_staged_bench(const BenchOptions& o) {
+  const double t_begin = now_s();
+  // --- input checks (cheap, before any work) ---
+  if (o.model.empty()) throw Error("give the model with -m FILE");
+  require_file(o.model, "model");
+  if (!o.packed.empty()) require_file(o.packed, "--packed file");
+  if (!o.mixed.empty()) require_file(o.mixed, "--mixed file");
+  if (!o.draft.empty()) require_file(o.draft, "--draft file");
+  if (!o.prompt_file.empty()) require_file(o.prompt_file, "prompt file");
+  if (o.mem == 0 && !(o.cache_share > 0 && o.cache_share <= 1)) throw Error("give the memory budget with --mem SIZE");
+  if (o.reps < 1 || o.reps > 100) throw Error("--reps must be in [1, 100]");
+  if (o.n_gen < 2 || o.n_gen > 100000) throw Error("-n must be in [2, 100000] (decode speed needs two tokens)");
+  if (o.prompt_tokens < 1 || o.prompt_tokens > 100000) throw Error("--prompt-tokens must be in [1, 100000]");
+  if (o.threads < 1 || o.threads > 256) throw Error("-t must be in [1, 256]");
+  if (o.spec_oracle > 1) throw Error("--spec-oracle: the acceptance must be in [0, 1]");
+  if (o.rows.empty()) throw Error("no rows to run");
+  auto want = [&](RowKind k) { return std::find(o.rows.begin(), o.rows.end(), k) != o.rows.end(); };
+
+  BenchReport rep;
+  rep.model = o.model;
+  rep.threads = o.threads;
+  rep.n_gen = o.n_gen;
+  rep.reps = o.reps;
+  TempDir tmp(o.work_dir);
+  auto say = [&](const std::string& s) {
+    if (!o.progress) return;
+    std::fprintf(stderr, o.tty ? "\r\033[K%s" : "%s\n", s.c_str());
+  };
+
+  // --- the files ---
+  say("les bench: probing " + o.model);
+  std::vector<int32_t> prompt;
+  const FileProbe orig = probe_file(o.model, o, true, &prompt);
+  rep.mem = orig.mem;
+  rep.cache_share = orig.cache_share;
+  rep.n_prompt = static_cast<int>(prompt.size());
+  rep.disk_mbs_original = orig.disk_mbs;
+
+  const bool mixed_runs = want(RowKind::mixed) && !o.mixed.empty();
+  const bool spec_on_mixed = !o.mixed.empty() && want(RowKind::mixed);
+  const bool spec_runs = want(RowKind::spec) && (o.spec_oracle >= 0 || !o.draft.empty());
+  const bool need_packed = want(RowKind::loadopt) || (spec_runs && !spec_on_mixed);
+
+  std::string packed_path = o.packed;
+  if (need_packed) {
+    if (packed_path.empty()) {
+      packed_path = tmp.path() + "/packed.gguf";
+      say("les bench: packing " + o.model + " (les pack) into " + tmp.path());
+      pack_in_child(o.model, packed_path);
+      rep.notes.push_back(strfmt("+load optimization reads a packed copy of the model that les bench made with les pack "
+                                 "in a temporary directory (%s, deleted afterwards); give --packed FILE to use your own.",
+                                 tmp.path().c_str()));
+    }
+    const FileProbe pk = probe_file(packed_path, o, false, nullptr);
+    same_shape(orig, pk, "--packed file", packed_path, o.model);
+    if (!pk.packed) throw Error(strfmt("--packed file '%s' is not packed (make one with: les pack %s OUT)",
+                                       packed_path.c_str(), o.model.c_str()));
+    rep.disk_mbs_packed = pk.disk_mbs;
+  }
+  std::string mixed_path = o.mixed;
+  if (mixed_runs) {
+    FileProbe mx = probe_file(mixed_path, o, false, nullptr);
+    same_shape(orig, mx, "--mixed file", mixed_path, o.model);
+    if (!mx.packed) {
+      mixed_path = tmp.path() + "/mixed-packed.gguf";
+      say("les bench: packing " + o.mixed + " (les pack) into " + tmp.path());
+      pack_in_child(o.mixed, mixed_path);
+      mx = probe_file(mixed_path, o, false, nullptr);
+      rep.notes.push_back(strfmt("+mixed precision reads a packed copy of %s made by les bench (deleted afterwards).",
+                                 o.mixed.c_str()));
+    }
+    rep.disk_mbs_mixed = mx.disk_mbs;
+  }
+
+  std::string drafter_kind;
+  if (spec_runs) {
+    if (o.spec_oracle >= 0) {
+      drafter_kind = "oracle";
+    } else {
+      const gguf::File g = gguf::read_file(o.draft);
+      drafter_kind = g.get_string("general.architecture") == "dflash" ? "dspark" : "draft";
+    }
+  }
+
+  // --- the rows and their processes ---
+  for (RowKind k : o.rows) {
+    RowResult r;
+    r.kind = k;
+    rep.rows.push_back(r);
+  }
+  std::vector<Slot> slots;
+  auto add_slot = [&](size_t row, const RowPlan& plan, bool oracle, int group) {
+    Slot s;
+    s.row = row;
+    s.plan = plan;
+    s.oracle = oracle;
+    s.group = group;
+    s.label = std::string(row_label(plan.kind)) + (oracle ? " (routing oracle)" : "");
+    if (oracle) {
+      s.plan.oracle = true;
+      s.plan.oracle_depth = o.oracle_depth;
+    }
+    slots.push_back(std::move(s));
+  };
+  for (size_t i = 0; i < rep.rows.size(); ++i) {
+    RowResult& r = rep.rows[i];
+    RowPlan p;
+    p.kind = r.kind;
+    p.mem = rep.mem;
+    switch (r.kind) {
+      case RowKind::resident: {
+        const uint64_t avail = mem_available();
+        if (orig.file_bytes <= rep.mem) {
+          r.note = "fits the budget";
+        } else if (orig.file_bytes * 2 <= avail) {
+          r.note = strfmt("reference: the %.0f MiB file is over the budget; run as the compute reference",
+                          mib(static_cast<double>(orig.file_bytes)));
+        } else {
+          r.note = strfmt("skipped: the %.0f MiB file is over the budget and over half the available memory",
+                          mib(static_cast<double>(orig.file_bytes)));
+          continue;
+        }
+        p.file = o.model;
+        p.resident = true;
+        r.how = "mapped, in page cache";
+        break;
+      }
+      case RowKind::baseline:
+        p.file = o.model;
+        p.io = storage::IoMode::naive;
+        p.schedule = Schedule::ondemand;
+        r.how = "original GGUF, naive buffered loader, on-demand";
+        break;
+      case RowKind::lookahead:
+        p.file = o.model;
+        p.io = storage::IoMode::naive;
+        p.schedule = Schedule::lookahead;
+        r.how = "original GGUF, naive buffered loader, lookahead";
+        break;
+      case RowKind::loadopt:
+        p.file = packed_path;
+        p.io = storage::IoMode::uring;
+        p.schedule = Schedule::lookahead;
+        r.how = "packed, direct I/O (io_uring), lookahead";
+        break;
+      case RowKind::mixed:
+        if (!mixed_runs) {
+          r.note = "skipped: no --mixed file (make one with les quantize IN OUT --target-size SIZE --calib TEXT)";
+          continue;
+        }
+        p.file = mixed_path;
+        p.io = storage::IoMode::uring;
+        p.schedule = Schedule::lookahead;
+        r.how = "mixed precision, packed, direct I/O, lookahead";
+        r.hash_group = 1;
+        break;
+      case RowKind::spec:
+        if (!spec_runs) {
+          r.note = "skipped: no --draft file or --spec-oracle acceptance";
+          continue;
+        }
+        p.file = spec_on_mixed ? mixed_path : packed_path;
+        p.io = storage::IoMode::uring;
+        p.schedule = Schedule::lookahead;
+        p.drafter = drafter_kind;
+        p.drafter_path = o.draft;
+        p.acceptance = o.spec_oracle;
+        r.hash_group = spec_on_mixed ? 1 : 0;
+        r.how = std::string(spec_on_mixed ? "on +mixed precision" : "on +load optimization") + ", " +
+                (drafter_kind == "oracle" ? strfmt("oracle draft at acceptance %.2f", o.spec_oracle)
+                                          : strfmt("%s drafter %s", drafter_kind.c_str(), o.draft.c_str()));
+        break;
+    }
+    r.file = p.file;
+    r.ran = true;
+    add_slot(i, p, false, r.hash_group);
+    if (o.oracles && p.schedule == Schedule::lookahead && !p.resident && p.drafter.empty()) {
+      add_slot(i, p, true, r.hash_group);
+    }
+  }
+  if (drafter_kind == "oracle") {
+    bool have_source = false;
+    for (const Slot& s : slots) have_source = have_source || (s.group == (spec_on_mixed ? 1 : 0) && s.plan.drafter.empty());
+    if (!have_source) throw Error("--spec-oracle needs a row with the same weights before spec in --rows (e.g. baseline)");
+  }
+
+  // --- the runs: a warm-up repeat, then the counted ones, rows interleaved ---
+  uint64_t group_hash[2] = {0, 0};
+  std::string group_first[2];
+  for (int r = -1; r < o.reps; ++r) {
+    const std::string rep_name = r < 0 ? std::string("warm-up") : strfmt("repeat %d/%d", r + 1, o.reps);
+    std::vector<int32_t> recording[2];
+    for (Slot& s : slots) {
+      RunInputs in;
+      in.prompt = prompt;
+      in.n_gen = o.n_gen;
+      in.threads = o.threads;
+      if (s.plan.drafter == "oracle") in.recording = recording[s.group];
+      const std::string prefix = strfmt("les bench: %s, %s", rep_name.c_str(), s.label.c_str());
+      if (o.progress && o.tty) {
+        in.progress_prefix = prefix;
+        say(prefix);
+      }
+      const ChildOutcome out = run_in_child([&]() {
+        std::vector<int32_t> toks;
+        const RunMeasure m = run_row_once(s.plan, in, &toks);
+        return encode_run(m, toks);
+      });
+      if (!out.ok) {
+        if (o.progress && o.tty) std::fputc('\n', stderr);
+        throw Error(strfmt("%s (%s): %s", s.label.c_str(), rep_name.c_str(), out.error.c_str()));
+      }
+      RunMeasure m;
+      std::vector<int32_t> toks;
+      decode_run(out.payload, &m, &toks);
+      if (!o.tty) say(strfmt("%s: decode %.2f tok/s, prefill %.1f tok/s (%.1f s)", prefix.c_str(), m.decode_tps,
+                             m.prefill_tps, out.wall_s));
+      // Equal outputs where they must be.
+      const int g = s.group;
+      if (group_first[g].empty()) {
+        group_hash[g] = m.logits_hash;
+        group_first[g] = s.label;
+      } else if (m.logits_hash != group_hash[g] && rep.hashes_ok) {
+        rep.hashes_ok = false;
+        rep.hash_problem = strfmt("%s (%s) ended with logits hash %s, %s with %s: their outputs must be identical",
+                                  s.label.c_str(), rep_name.c_str(), short_hash(m.logits_hash).c_str(),
+                                  group_first[g].c_str(), short_hash(group_hash[g]).c_str());
+      }
+      if (s.plan.drafter.empty() && recording[g].empty()) {
+        recording[g] = prompt;
+        recording[g].insert(recording[g].end(), toks.begin(), toks.end());
+      }
+      if (r >= 0) {
+        s.runs.push_back(m);
+        s.rss.push_back(static_cast<double>(out.peak_rss));
+      }
+    }
+  }
+  if (o.progress && o.tty) std::fprintf(stderr, "\r\033[K");
+
+  // --- medians and the columns derived from them ---
+  auto col = [](const Slot& s, auto f) {
+    std::vector<double> v;
+    for (const RunMeasure& m : s.runs) v.push_back(f(m));
+    return median(v);
+  };
+  auto per_token = [](const RunMeasure& m, double x) {
+    return m.decode_tokens() > 0 ? x / m.decode_tokens() : kNaN;
+  };
+  // The ceiling's compute term: the resident run's time per token, else the streamed runs' time
+  // not spent waiting for reads (the smallest).
+  double compute_s = kNaN;
+  for (const Slot& s : slots) {
+    if (s.plan.resident) {
+      compute_s = col(s, [&](const RunMeasure& m) { return per_token(m, m.gen_s); });
+      rep.compute_source = "the resident row's decode time per token";
+    }
+  }
+  if (std::isnan(compute_s)) {
+    for (const Slot& s : slots) {
+      if (s.group != 0 || !s.plan.drafter.empty()) continue;
+      const double c = col(s, [&](const RunMeasure& m) { return per_token(m, m.gen_s - m.stall_s); });
+      if (std::isnan(compute_s) || c < compute_s) compute_s = c;
+    }
+    rep.compute_source = "the streamed rows' decode time not spent waiting for reads, per token (no resident row)";
+  }
+  rep.compute_ms_per_token = 1e3 * compute_s;
+
+  for (const Slot& s : slots) {
+    RowResult& r = rep.rows[s.row];
+    if (s.oracle) {
+      r.oracle_tps = col(s, [](const RunMeasure& m) { return m.decode_tps; });
+      continue;
+    }
+    for (const RunMeasure& m : s.runs) r.decode_per_rep.push_back(m.decode_tps);
+    r.decode_tps = col(s, [](const RunMeasure& m) { return m.decode_tps; });
+    r.prefill_tps = col(s, [](const RunMeasure& m) { return m.prefill_tps; });
+    r.load_s = col(s, [](const RunMeasure& m) { return m.load_s; });
+    r.ttft_s = col(s, [](const RunMeasure& m) { return m.ttft_s; });
+    r.peak_rss_mib = mib(median(s.rss));
+    r.hash = s.runs.front().logits_hash;
+    if (s.plan.resident) {
+      r.hit = r.prepared = kNaN;
+      r.mib_per_token = r.used_mb_per_token = 0;
+      r.disk_busy_mbs = kNaN;
+      r.stall_pct = 0;
+      r.cache_share = 1;
+    } else {
+      r.hit = col(s, [](const RunMeasure& m) {
+        return m.selected ? static_cast<double>(m.hits) / static_cast<double>(m.selected) : kNaN;
+      });
+      r.prepared = col(s, [](const RunMeasure& m) {
+        return m.selected ? static_cast<double>(m.hits + m.in_flight) / static_cast<double>(m.selected) : kNaN;
+      });
+      r.mib_per_token = col(s, [&](const RunMeasure& m) { return per_token(m, mib(static_cast<double>(m.bytes_read))); });
+      r.used_mb_per_token = col(s, [&](const RunMeasure& m) {
+        return per_token(m, static_cast<double>(m.bytes_read - std::min(m.bytes_read, m.bytes_wasted)) / 1e6);
+      });
+      r.disk_busy_mbs = col(s, [](const RunMeasure& m) {
+        return m.io_busy_us ? static_cast<double>(m.io_bytes) / static_cast<double>(m.io_busy_us) : kNaN;
+      });
+      r.stall_pct = col(s, [](const RunMeasure& m) { return m.gen_s > 0 ? 100.0 * m.stall_s / m.gen_s : kNaN; });
+      r.cache_share = static_cast<double>(s.runs.front().cache_bytes) /
+                      static_cast<double>(std::max<uint64_t>(1, s.runs.front().expert_bytes_total));
+    }
+    if (!s.plan.drafter.empty()) {
+      r.accepted_per_round = col(s, [](const RunMeasure& m) {
+        return m.spec_rounds ? static_cast<double>(m.spec_accepted) / m.spec_rounds : kNaN;
+      });
+    } else {
+      r.accepted_per_round = kNaN;
+    }
+    const double disk = s.plan.resident ? kNaN
+                        : s.plan.file == o.model ? rep.disk_mbs_original
+                        : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
+                                                                  : rep.disk_mbs_packed;
+    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, disk * 1e6, compute_s);
+    r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
+  }
+  const RowResult* base = nullptr;
+  const RowResult* prev = nullptr;
+  for (RowResult& r : rep.rows) {
+    if (r.kind == RowKind::baseline && r.ran) base = &r;
+  }
+  for (RowResult& r : rep.rows) {
+    if (!r.ran) {
+      r.decode_tps = r.prefill_tps = r.vs_baseline = r.vs_prev = r.hit = r.prepared = r.mib_per_token = kNaN;
+      r.used_mb_per_token = r.disk_busy_mbs = r.stall_pct = r.peak_rss_mib = r.load_s = r.ttft_s = kNaN;
+      r.ceiling_tps = r.of_ceiling = r.oracle_tps = r.of_oracle = r.cache_share = r.accepted_per_round = kNaN;
+      continue;
+    }
+    if (r.oracle_tps == 0) r.oracle_tps = kNaN;
+    r.of_oracle = ratio(r.decode_tps, r.oracle_tps);
+    r.vs_baseline = base ? ratio(r.decode_tps, base->decode_tps) : kNaN;
+    r.vs_prev = kNaN;
+    if (r.kind == RowKind::resident) continue;
+    if (prev) {
+      r.vs_prev = ratio(r.decode_tps, prev->decode_tps);
+      r.prev = row_label(prev->kind);
+    }
+    prev = &r;
+  }
+
+  // --- what the reader needs to know ---
+  rep.notes.push_back("Each (row, repeat) ran in its own process from a cold expert cache and a cold page cache for "
+                      "the file it streams; peak RSS, load time and time to first token are that process's own "
+                      "(wait4). TTFT = load + prefill + first token.");
+  rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
+                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (direct "
+                             "I/O, queue depth %d); t_compute = %.2f ms per token, %s. The +mixed precision row's "
+                             "compute term is the original model's; the +speculation row's is plain decoding's, so "
+                             "speculation can pass 100%%.",
+                             kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str()));
+  if (o.oracles) {
+    rep.notes.push_back(strfmt("Routing oracle: the same row with the routing of an untimed recording run replayed as "
+                               "a perfect guess %d layer%s ahead (routing_oracle.h).",
+                               o.oracle_depth, o.oracle_depth == 1 ? "" : "s"));
+  }
+  if (spec_runs && drafter_kind != "oracle") {
+    rep.notes.push_back(strfmt("+speculation: the %s drafter %s; its resident bytes count against the same budget, so "
+                               "its expert cache is smaller (column cache).",
+                               drafter_kind.c_str(), o.draft.c_str()));
+  }
+  rep.notes.push_back(strfmt("Published staging (the ratios in column 'published'): baseline %.2f, +lookahead %.2f, "
+                             "+load optimization %.2f, +mixed precision %.2f, +speculation %.2f tok/s.",
+                             published_tps(RowKind::baseline), published_tps(RowKind::lookahead),
+                             published_tps(RowKind::loadopt), published_tps(RowKind::mixed),
+                             published_tps(RowKind::spec)));
+  rep.wall_s = now_s() - t_begin;
+  return rep;
+}
+
+}  // namespace les::bench

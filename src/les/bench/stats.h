@@ -1,0 +1,23 @@
+// Pure arithmetic of `les bench`: medians over repeats, the ceiling a row could reach on this
+// machine, and ratios (no I/O, no clocks; unit-tested directly).
+#pragma once
+
+#include <vector>
+
+namespace les::bench {
+
+// Median of the values (the mean of the two middle ones for an even count); NaN for none.
+// NaN inputs are ignored (a column that does not apply to some repeat).
+double median(std::vector<double> v);
+
+// The ceiling of a decode step: 1 / max(t_io, t_compute) tok/s, where
+//   t_io      = bytes_per_token / disk_bytes_per_s  (the bytes the row must read, at the disk's
+//               measured bandwidth for this file's expert reads), and
+//   t_compute = compute_s_per_token                 (the resident run's time per token).
+// A term that is unknown (<= 0 or NaN) is left out; NaN when both are.
+double ceiling_tps(double bytes_per_token, double disk_bytes_per_s, double compute_s_per_token);
+
+// a / b, or NaN when either is missing (NaN) or b <= 0.
+double ratio(double a, double b);
+
+}  // namespace les::bench
