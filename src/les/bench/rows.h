@@ -23,7 +23,7 @@ const char* row_name(RowKind k);   // "resident", "baseline", "lookahead", "load
 const char* row_label(RowKind k);  // "resident", "baseline", "+lookahead", "+load optimization", ...
 // Published decode tok/s of the staging (0 for resident: not part of it).
 double published_tps(RowKind k);
-// Published ratio to the published baseline (0 for resident).
+// Published ratio to the published baseline, as published (0 for resident).
 double published_ratio(RowKind k);
 
 // "baseline,lookahead,spec" -> rows in staging order (duplicates dropped); "all" -> all_rows().

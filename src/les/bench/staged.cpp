@@ -160,11 +160,11 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
       p.mem = o.mem;
       if (p.mem == 0) {
         // The budget whose baseline cache holds cache_share of the experts: the fixed part
-        // (dense, KV, work, overhead) plus that share, rounded up to a MiB.
+        // (dense, KV, work, overhead) plus that share, to the nearest MiB.
         const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slot);
         const uint64_t fixed = big.total - big.cache;
-        const uint64_t want = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total)) + slot;
-        p.mem = (want + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+        const uint64_t want = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total));
+        p.mem = (want + (1u << 19)) / (1u << 20) * (1u << 20);
       }
       const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slot);  // throws: budget too small
       p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
