@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "les/bench/disk_probe.h"
 #include "les/model/context.h"
 #include "les/sched/budget.h"
 #include "les/sched/stream_report.h"
@@ -168,40 +169,7 @@ Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std:
 // Disk bandwidth for this model's expert reads: random experts, the same reads the cache issues,
 // queue depth qd, for ~1.5 s.
 double measure_disk_mbs(const Model& m, const Args& a) {
-  auto file = a.io == storage::IoMode::naive ? storage::open_buffered(m.path()) : storage::open_direct(m.path());
-  storage::IoOptions io;
-  io.queue_depth = a.queue_depth;
-  auto eng = storage::make_io_engine(a.io, file, io);
-  ExpertLayout layout(m, file->alignment());
-  const int qd = a.queue_depth;
-  std::vector<storage::AlignedBuffer> bufs;
-  for (int i = 0; i < qd; ++i) bufs.emplace_back(layout.slot_bytes());
-  std::mt19937 rng(7);
-  uint64_t tag = 1, bytes = 0;
-  std::vector<storage::IoCompletion> done;
-  auto submit = [&](int slot) {
-    const int l = static_cast<int>(rng() % static_cast<uint32_t>(m.config().n_layer));
-    const int e = static_cast<int>(rng() % static_cast<uint32_t>(m.config().n_expert));
-    storage::IoRequest r;
-    r.tag = (tag++ << 8) | static_cast<uint64_t>(slot);
-    for (const SlotRead& sr : layout.reads(l, e)) r.ops.push_back({sr.file_offset, sr.length, bufs[static_cast<size_t>(slot)].data() + sr.slot_offset});
-    eng->submit(std::move(r));
-    bytes += layout.expert_bytes(l);
-  };
-  for (int i = 0; i < qd; ++i) submit(i);
-  const double t0 = now_s();
-  uint64_t done_bytes = 0;
-  while (now_s() - t0 < 1.5) {
-    done.clear();
-    eng->wait(done, std::chrono::microseconds(100000));
-    for (const auto& c : done) {
-      done_bytes += c.bytes;
-      submit(static_cast<int>(c.tag & 0xff));
-    }
-  }
-  const double secs = now_s() - t0;
-  while (eng->pending()) { done.clear(); eng->wait(done, std::chrono::microseconds(100000)); }
-  return static_cast<double>(done_bytes) / 1e6 / secs;
+  return bench::measure_expert_read_mbs(m, a.io, a.queue_depth, 1.5);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ int cmd_bench(int argc, char** argv) {
           {{"--mem"}, true, "memory budget for every row, e.g. 58M, 4G (--quick: the budget whose baseline cache "
                             "holds 25% of the experts)", "SIZE"},
           {{"-t", "--threads"}, true, "threads (default 2)", "N"},
-          {{"-n", "--n-predict"}, true, "tokens generated per run (default 64)", "N"},
+          {{"-n", "--n-predict"}, true, "tokens generated per run (default 64; --quick: 128)", "N"},
           {{"-p", "--prompt"}, true, "prompt text (default: fixed pseudo-random tokens)", "TEXT"},
           {{"-f", "--prompt-file"}, true, "prompt: the first --prompt-tokens tokens of this text file", "FILE"},
           {{"--prompt-tokens"}, true, "prompt length in tokens (default 64)", "N"},
@@ -74,7 +74,7 @@ int cmd_bench(int argc, char** argv) {
     std::fputs(a.usage().c_str(), stdout);
     return 0;
   }
-  if (!a.positional().empty()) throw Error(strfmt("bench: unexpected argument '%s'", a.positional()[0].c_str()));
+  if (!a.positional().empty()) throw Error(strfmt("unexpected argument '%s'", a.positional()[0].c_str()));
   apply_isa_flag(a);
 
   bench::BenchOptions o;
@@ -82,20 +82,20 @@ int cmd_bench(int argc, char** argv) {
   o.model = a.required("--model");
   if (a.has("--mem")) o.mem = parse_size(a.str("--mem"), "--mem");
   else if (quick) o.cache_share = 0.25;
-  else throw Error("bench: give the memory budget with --mem SIZE (or --quick)");
+  else throw Error("give the memory budget with --mem SIZE (or --quick)");
   if (a.has("--mem") && o.mem == 0) throw Error("--mem must be > 0");
   o.threads = static_cast<int>(a.i64("--threads", 2));
-  o.n_gen = static_cast<int>(a.i64("--n-predict", 64));
+  o.n_gen = static_cast<int>(a.i64("--n-predict", quick ? 128 : 64));
   o.prompt_tokens = static_cast<int>(a.i64("--prompt-tokens", 64));
   o.reps = static_cast<int>(a.i64("--reps", 3));
   o.prompt_text = a.str("--prompt");
   o.prompt_file = a.str("--prompt-file");
-  if (a.has("--prompt") && a.has("--prompt-file")) throw Error("bench: give -p TEXT or --prompt-file FILE, not both");
+  if (a.has("--prompt") && a.has("--prompt-file")) throw Error("give -p TEXT or --prompt-file FILE, not both");
   o.packed = a.str("--packed");
   o.mixed = a.str("--mixed");
   o.draft = a.str("--draft");
   if (a.has("--spec-oracle")) {
-    if (a.has("--draft")) throw Error("bench: give --draft FILE or --spec-oracle A, not both");
+    if (a.has("--draft")) throw Error("give --draft FILE or --spec-oracle A, not both");
     o.spec_oracle = a.f64("--spec-oracle", 0);
     if (o.spec_oracle < 0 || o.spec_oracle > 1) throw Error("--spec-oracle: the acceptance must be in [0, 1]");
   }

@@ -63,7 +63,7 @@ bool write_chart_png(const BenchReport& r, const std::string& png_path, std::str
     gp << "set terminal pngcairo size 1000,560 font 'sans,11'\n"
        << "set output '" << dir << "/chart.png'\n"
        << "set title \"les bench: decode speed over the baseline, this machine beside the published staging\\n"
-       << plain(r.model) << strfmt(", --mem %.0f MiB, -t %d", static_cast<double>(r.mem) / 1048576.0, r.threads)
+       << plain(r.model) << strfmt(", --mem %.1f MiB, -t %d", static_cast<double>(r.mem) / 1048576.0, r.threads)
        << "\"\n"
        << "set datafile missing '?'\n"
        << "set style data histograms\n"

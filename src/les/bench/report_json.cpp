@@ -62,7 +62,8 @@ std::string format_json(const BenchReport& r) {
            ", \"ttft_s\": " + num(x.ttft_s) + ", \"ceiling_tps\": " + num(x.ceiling_tps) +
            ", \"of_ceiling\": " + num(x.of_ceiling) + ", \"oracle_tps\": " + num(x.oracle_tps) +
            ", \"of_oracle\": " + num(x.of_oracle) + ", \"cache_share\": " + num(x.cache_share) +
-           ", \"accepted_per_round\": " + num(x.accepted_per_round) + ", \"logits_hash\": " + str(hex64(x.hash)) +
+           ", \"drafted_per_round\": " + num(x.drafted_per_round) +
+           ", \"accepted_per_round\": " + num(x.accepted_per_round) + ", \"acceptance\": " + num(x.acceptance) + ", \"logits_hash\": " + str(hex64(x.hash)) +
            ", \"hash_group\": " + strfmt("%d", x.hash_group) + ", \"decode_tps_per_rep\": [";
       for (size_t k = 0; k < x.decode_per_rep.size(); ++k) s += (k ? ", " : "") + num(x.decode_per_rep[k]);
       s += "]";

@@ -13,7 +13,7 @@ std::string cell(const char* fmt, double x) {
 
 std::string format_markdown(const BenchReport& r) {
   std::string s;
-  s += strfmt("les bench: %s, --mem %.0f MiB (the baseline's expert cache holds %.0f%% of the experts), -t %d, "
+  s += strfmt("les bench: %s, --mem %.1f MiB (the baseline's expert cache holds %.0f%% of the experts), -t %d, "
               "%d prompt + %d generated tokens, %d repeats after a warm-up, medians\n\n",
               r.model.c_str(), static_cast<double>(r.mem) / 1048576.0, 100 * r.cache_share, r.threads, r.n_prompt,
               r.n_gen, r.reps);
@@ -46,9 +46,13 @@ std::string format_markdown(const BenchReport& r) {
   s += "\n";
   for (const RowResult& x : r.rows) {
     if (!x.ran) continue;
+    const std::string spec =
+        std::isnan(x.accepted_per_round)
+            ? std::string()
+            : strfmt("; per verification %.2f draft tokens proposed, %.2f kept (acceptance %s)", x.drafted_per_round,
+                     x.accepted_per_round, cell("%.0f%%", 100 * x.acceptance).c_str());
     s += strfmt("- %s: %s%s%s%s\n", row_label(x.kind), x.how.c_str(), x.note.empty() ? "" : "; ", x.note.c_str(),
-                std::isnan(x.accepted_per_round) ? ""
-                : strfmt("; %.2f draft tokens accepted per verification", x.accepted_per_round).c_str());
+                spec.c_str());
   }
   s += strfmt("- disk (expert reads, direct I/O): %s MB/s original", cell("%.0f", r.disk_mbs_original).c_str());
   if (r.disk_mbs_packed > 0) s += strfmt(", %.0f MB/s packed", r.disk_mbs_packed);

@@ -160,11 +160,10 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
       p.mem = o.mem;
       if (p.mem == 0) {
         // The budget whose baseline cache holds cache_share of the experts: the fixed part
-        // (dense, KV, work, overhead) plus that share, to the nearest MiB.
+        // (dense, KV, work, overhead) plus that share (to a whole slot).
         const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slot);
         const uint64_t fixed = big.total - big.cache;
-        const uint64_t want = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total));
-        p.mem = (want + (1u << 19)) / (1u << 20) * (1u << 20);
+        p.mem = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total)) + slot / 2;
       }
       const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slot);  // throws: budget too small
       p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
@@ -389,8 +388,10 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.acceptance = o.spec_oracle;
         r.hash_group = spec_on_mixed ? 1 : 0;
         r.how = std::string(spec_on_mixed ? "on +mixed precision" : "on +load optimization") + ", " +
-                (drafter_kind == "oracle" ? strfmt("oracle draft at acceptance %.2f", o.spec_oracle)
-                                          : strfmt("%s drafter %s", drafter_kind.c_str(), o.draft.c_str()));
+                (drafter_kind == "oracle" ? strfmt("the oracle draft at acceptance %.2f", o.spec_oracle)
+                 : drafter_kind == "dspark" ? "the DSpark drafter " + o.draft
+                                            : "the dense draft model " + o.draft) +
+                ", load-aware draft depth (at most 6)";
         break;
     }
     r.file = p.file;
@@ -529,8 +530,14 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       r.accepted_per_round = col(s, [](const RunMeasure& m) {
         return m.spec_rounds ? static_cast<double>(m.spec_accepted) / m.spec_rounds : kNaN;
       });
+      r.acceptance = col(s, [](const RunMeasure& m) {
+        return m.spec_drafted ? static_cast<double>(m.spec_accepted) / m.spec_drafted : kNaN;
+      });
+      r.drafted_per_round = col(s, [](const RunMeasure& m) {
+        return m.spec_rounds ? static_cast<double>(m.spec_drafted) / m.spec_rounds : kNaN;
+      });
     } else {
-      r.accepted_per_round = kNaN;
+      r.accepted_per_round = r.acceptance = r.drafted_per_round = kNaN;
     }
     const double disk = s.plan.resident ? kNaN
                         : s.plan.file == o.model ? rep.disk_mbs_original
@@ -548,7 +555,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     if (!r.ran) {
       r.decode_tps = r.prefill_tps = r.vs_baseline = r.vs_prev = r.hit = r.prepared = r.mib_per_token = kNaN;
       r.used_mb_per_token = r.disk_busy_mbs = r.stall_pct = r.peak_rss_mib = r.load_s = r.ttft_s = kNaN;
-      r.ceiling_tps = r.of_ceiling = r.oracle_tps = r.of_oracle = r.cache_share = r.accepted_per_round = kNaN;
+      r.ceiling_tps = r.of_ceiling = r.oracle_tps = r.of_oracle = r.cache_share = kNaN;
+      r.accepted_per_round = r.acceptance = r.drafted_per_round = kNaN;
       continue;
     }
     if (r.oracle_tps == 0) r.oracle_tps = kNaN;
@@ -579,9 +587,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                                o.oracle_depth, o.oracle_depth == 1 ? "" : "s"));
   }
   if (spec_runs && drafter_kind != "oracle") {
-    rep.notes.push_back(strfmt("+speculation: the %s drafter %s; its resident bytes count against the same budget, so "
-                               "its expert cache is smaller (column cache).",
-                               drafter_kind.c_str(), o.draft.c_str()));
+    rep.notes.push_back("+speculation: the drafter's resident bytes count against the same budget, so that row's "
+                        "expert cache is smaller (column cache).");
   }
   rep.notes.push_back(strfmt("Published staging (the ratios in column 'published'): baseline %.2f, +lookahead %.2f, "
                              "+load optimization %.2f, +mixed precision %.2f, +speculation %.2f tok/s.",

@@ -63,7 +63,8 @@ struct RowResult {
   double ceiling_tps = 0, of_ceiling = 0;
   double oracle_tps = 0, of_oracle = 0;  // the routing oracle's decode tok/s; this row's share of it
   double cache_share = 0;       // the share of this file's expert bytes the cache holds
-  double accepted_per_round = 0;  // spec
+  // spec: per verification (a plain step counts as one), draft tokens proposed and kept; kept / proposed
+  double drafted_per_round = 0, accepted_per_round = 0, acceptance = 0;
   uint64_t hash = 0;            // final logits hash (first counted repeat)
   int hash_group = 0;           // 0: the original weights, 1: the mixed file
   std::vector<double> decode_per_rep;
