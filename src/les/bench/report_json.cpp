@@ -43,6 +43,7 @@ std::string format_json(const BenchReport& r) {
        num(r.disk_mbs_packed > 0 ? r.disk_mbs_packed : NAN) + ", \"mixed\": " +
        num(r.disk_mbs_mixed > 0 ? r.disk_mbs_mixed : NAN) + "},\n";
   s += "  \"compute_ms_per_token\": " + num(r.compute_ms_per_token) + ",\n";
+  s += "  \"compute_ms_per_token_mixed\": " + num(r.compute_ms_per_token_mixed) + ",\n";
   s += "  \"compute_source\": " + str(r.compute_source) + ",\n";
   s += "  \"rows\": [\n";
   for (size_t i = 0; i < r.rows.size(); ++i) {

@@ -76,7 +76,8 @@ struct BenchReport {
   double cache_share = 0;       // the baseline row's
   int threads = 0, n_prompt = 0, n_gen = 0, reps = 0;
   double disk_mbs_original = 0, disk_mbs_packed = 0, disk_mbs_mixed = 0;  // expert reads, direct I/O
-  double compute_ms_per_token = 0;  // the ceiling's compute term
+  double compute_ms_per_token = 0;  // the ceiling's compute term (the original weights)
+  double compute_ms_per_token_mixed = 0;  // ... of the mixed file's rows (NaN when none ran)
   std::string compute_source;   // where it came from
   std::vector<RowResult> rows;  // every requested row, skipped ones included
   std::vector<std::string> notes;
