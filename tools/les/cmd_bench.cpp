@@ -65,7 +65,7 @@ int cmd_bench(int argc, char** argv) {
           {{"--md"}, true, "also write the Markdown table to FILE", "FILE"},
           {{"--json"}, true, "write the results as JSON", "FILE"},
           {{"--png"}, true, "draw our ratios beside the published ones (needs gnuplot)", "FILE"},
-          {{"--work-dir"}, true, "where temporary packed files go (default: the current directory)", "DIR"},
+          {{"--work-dir"}, true, "where temporary packed files go (default: next to --json/--md/--png, else the current directory)", "DIR"},
           {{"--quick"}, false, "about a minute on a small model: 25% cache share, a draft model found next to the "
                                "model (*draft*.gguf) as the speculation row"},
           {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
@@ -104,7 +104,14 @@ int cmd_bench(int argc, char** argv) {
   o.oracles = !a.has("--no-oracle");
   o.oracle_depth = static_cast<int>(a.i64("--oracle-depth", 1));
   if (o.oracle_depth < 1) throw Error("--oracle-depth must be >= 1");
+  // Temporary packed files go next to the output (the first of --json, --md, --png), else here.
   o.work_dir = a.str("--work-dir");
+  for (const char* f : {"--json", "--md", "--png"}) {
+    if (o.work_dir.empty() && a.has(f)) {
+      const std::filesystem::path dir = std::filesystem::path(a.str(f)).parent_path();
+      o.work_dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
+    }
+  }
   o.tty = ::isatty(2) != 0;
 
   std::string command = "les bench";

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +33,10 @@ void write_all(int fd, const char* p, size_t n) {
 // The child's side: 'O' + payload or 'E' + message on the pipe, then _exit (no atexit handlers
 // or stdio buffers of the parent run twice).
 [[noreturn]] void child_main(int fd, const std::function<std::string()>& fn) {
+  // An interrupt ends the measuring process at once (the parent may have a handler that lets it
+  // clean up; the child must not inherit it and carry on).
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   std::string out;
   try {
     std::string payload = fn();

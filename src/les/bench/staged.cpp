@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -87,6 +88,36 @@ class TempDir {
 
  private:
   std::string parent_, path_;
+};
+
+// While the bench runs, SIGINT and SIGTERM only set a flag: the measuring process dies of the
+// signal (child.cpp restores the default), the parent sees that and throws, and the temporary
+// files go with the stack. The previous handlers come back when the bench ends.
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int) { g_interrupted = 1; }
+
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptGuard() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+  static void check() {
+    if (g_interrupted) throw Error("interrupted (temporary files removed)");
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
 };
 
 // What a measuring process learns about one file before the runs.
@@ -174,6 +205,7 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     if (!toks.empty()) std::memcpy(s.data() + sizeof p, toks.data(), toks.size() * sizeof(int32_t));
     return s;
   });
+  InterruptGuard::check();
   if (!out.ok) throw Error(out.error);
   if (out.payload.size() < sizeof(FileProbe)) throw Error("the probe process returned no result");
   FileProbe p;
@@ -200,6 +232,7 @@ void pack_in_child(const std::string& in, const std::string& out_path) {
     pack::pack_model(in, out_path);
     return std::string();
   });
+  InterruptGuard::check();
   if (!out.ok) throw Error(strfmt("packing '%s': %s", in.c_str(), out.error.c_str()));
 }
 
@@ -244,6 +277,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.n_gen = o.n_gen;
   rep.reps = o.reps;
   TempDir tmp(o.work_dir);
+  const InterruptGuard interrupts;
   auto say = [&](const std::string& s) {
     if (!o.progress) return;
     std::fprintf(stderr, o.tty ? "\r\033[K%s" : "%s\n", s.c_str());
@@ -445,6 +479,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         const RunMeasure m = run_row_once(s.plan, in, &toks);
         return encode_run(m, toks);
       });
+      InterruptGuard::check();
       if (!out.ok) {
         if (o.progress && o.tty) std::fputc('\n', stderr);
         throw Error(strfmt("%s (%s): %s", s.label.c_str(), rep_name.c_str(), out.error.c_str()));
