@@ -10,7 +10,7 @@ namespace {
 
 std::string num(double x) {
   if (!std::isfinite(x)) return "null";
-  return strfmt("%.6g", x);
+  return strfmt("%.10g", x);
 }
 
 std::string str(const std::string& v) {
