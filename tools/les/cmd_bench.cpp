@@ -117,7 +117,13 @@ int cmd_bench(int argc, char** argv) {
   std::string command = "les bench";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
 
-  bench::BenchReport r = bench::run_staged_bench(o);
+  bench::BenchReport r;
+  try {
+    r = bench::run_staged_bench(o);
+  } catch (...) {
+    if (o.tty) std::fputs("\r\033[K", stderr);  // the progress line gives way to the error
+    throw;
+  }
   r.command = command;
   const std::string md = bench::format_markdown(r);
   std::fputs(md.c_str(), stdout);

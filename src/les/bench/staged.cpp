@@ -241,6 +241,7 @@ struct Slot {
   size_t row = 0;       // index into the report's rows
   bool oracle = false;
   bool reference = false;  // the mixed file resident: the compute term of its rows' ceilings, not a row
+  bool dropped = false;    // the +speculation row could not run (its warm-up failed): skipped, with the reason
   int group = 0;        // hash group
   RowPlan plan;
   std::string label;
@@ -293,7 +294,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.disk_mbs_original = orig.disk_mbs;
 
   const bool mixed_runs = want(RowKind::mixed) && !o.mixed.empty();
-  const bool spec_on_mixed = !o.mixed.empty() && want(RowKind::mixed);
+  const bool spec_on_mixed = mixed_runs;
   const bool spec_runs = want(RowKind::spec) && (o.spec_oracle >= 0 || !o.draft.empty());
   const bool need_packed = want(RowKind::loadopt) || (spec_runs && !spec_on_mixed);
 
@@ -464,6 +465,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     const std::string rep_name = r < 0 ? std::string("warm-up") : strfmt("repeat %d/%d", r + 1, o.reps);
     std::vector<int32_t> recording[2];
     for (Slot& s : slots) {
+      if (s.dropped) continue;
       RunInputs in;
       in.prompt = prompt;
       in.n_gen = o.n_gen;
@@ -480,6 +482,16 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         return encode_run(m, toks);
       });
       InterruptGuard::check();
+      if (!out.ok && r < 0 && !s.plan.drafter.empty()) {
+        // The drafter is an addition on top of the other rows: when it cannot run (e.g. its
+        // weights do not fit the budget) the row is skipped with the reason, the rest still runs.
+        s.dropped = true;
+        rep.rows[s.row].ran = false;
+        rep.rows[s.row].note = "skipped: " + out.error;
+        say(strfmt("%s: skipped: %s", prefix.c_str(), out.error.c_str()));
+        if (o.progress && o.tty) std::fputc('\n', stderr);
+        continue;
+      }
       if (!out.ok) {
         if (o.progress && o.tty) std::fputc('\n', stderr);
         throw Error(strfmt("%s (%s): %s", s.label.c_str(), rep_name.c_str(), out.error.c_str()));
@@ -547,7 +559,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.compute_ms_per_token = 1e3 * compute_s[0];
 
   for (const Slot& s : slots) {
-    if (s.reference) continue;
+    if (s.reference || s.dropped) continue;
     RowResult& r = rep.rows[s.row];
     if (s.oracle) {
       r.oracle_tps = col(s, [](const RunMeasure& m) { return m.decode_tps; });
