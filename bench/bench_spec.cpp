@@ -7,7 +7,7 @@
 //              [--kinds none,draft,ngram,oracle@0.7,draft/fixed] [-n 96] [--prompts N]
 //              [--prompt-file TEXT] [--prompt-tokens 48] [-t 2] [--reps 3] [--draft-max 6] [--json F]
 //
-// Kinds: none (plain), ngram, draft (--draft), dspark (--dspark), oracle@A (the target's recorded greedy continuation
+// Kinds: none (plain), ngram, draft (--draft), dspark (--dspark), mtp (the model's own MTP head), oracle@A (the target's recorded greedy continuation
 // corrupted to acceptance A), each optionally /fixed (always --draft-max; default load-aware
 // depth) or /k=N. Budgets: "resident" (whole file mapped) or a --mem size (experts streamed with
 // the lookahead schedule through a cache of what is left; a drafter's bytes count against it).
@@ -114,7 +114,7 @@ Kind parse_kind(const std::string& s, int draft_max) {
     else if (parts[i].rfind("k=", 0) == 0) k.k = std::stoi(parts[i].substr(2));
     else throw Error("bad kind option '" + parts[i] + "' in " + s);
   }
-  if (k.base != "none" && k.base != "ngram" && k.base != "draft" && k.base != "dspark" && k.base != "oracle") throw Error("unknown kind " + s);
+  if (k.base != "none" && k.base != "ngram" && k.base != "draft" && k.base != "dspark" && k.base != "mtp" && k.base != "oracle") throw Error("unknown kind " + s);
   return k;
 }
 
@@ -174,7 +174,9 @@ int main(int argc, char** argv) {
     if (kinds.empty() || kinds[0].base != "none") kinds.insert(kinds.begin(), parse_kind("none", a.draft_max));
     const int n_ctx = a.prompt_tokens + a.n_gen + a.draft_max + 8;
     uint64_t all_experts = 0;
-    for (int l = 0; l < c.n_layer; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
+    // Expert layers: the trunk's, and the MTP block's (streamed through the same cache) if any.
+    const int n_expert_layers = c.n_layer + (streamed->weights().mtp.runnable() ? 1 : 0);
+    for (int l = 0; l < n_expert_layers; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
     setvbuf(stdout, nullptr, _IOLBF, 0);
     std::printf("model %s (%d layers, %d experts, k=%d; experts %.1f MiB in all); %zu prompts x %d tokens, "
                 "%d generated, %d threads, %d reps, draft-max %d\n",

@@ -72,8 +72,11 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
                        "file has none", model.path().c_str()));
   }
   const uint64_t sb = layout_.slot_bytes();
-  std::vector<uint64_t> layer_slot(static_cast<size_t>(cfg_.n_layer));
-  for (int l = 0; l < cfg_.n_layer; ++l) layer_slot[static_cast<size_t>(l)] = layout_.slot_bytes(l);
+  // Expert layers: the trunk's, plus layer n_layer when the model has an MTP block (its experts go
+  // through the same cache; the predictor and the per-token prefetch budget cover the trunk only).
+  const size_t n_xl = static_cast<size_t>(layout_.n_layer());
+  std::vector<uint64_t> layer_slot(n_xl);
+  for (int l = 0; l < layout_.n_layer(); ++l) layer_slot[static_cast<size_t>(l)] = layout_.slot_bytes(l);
   class_plan_ = plan_slot_classes(layer_slot, cfg_.n_expert, cfg_.n_expert_used, opt.cache_bytes);
   storage::IoOptions io = opt.io;
   io.queue_depth = opt.queue_depth;
@@ -91,7 +94,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   // first reads into each slot, inside the token loop).
   std::memset(arena_.data(), 0, arena_.size());
   slots_.resize(n_slots);
-  layer_pool_.assign(static_cast<size_t>(cfg_.n_layer), 0);
+  layer_pool_.assign(n_xl, 0);
   pools_.resize(class_plan_.size());
   uint64_t offset = 0;
   size_t si = 0;
@@ -107,25 +110,25 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
     for (size_t i = si; i > first; --i) pools_[c].free.push_back(static_cast<int>(i - 1));
     cache::PolicyParams pp;
     pp.capacity = static_cast<size_t>(cp.n_slots);
-    pp.n_layers = cfg_.n_layer;
+    pp.n_layers = layout_.n_layer();
     pp.top_k = cfg_.n_expert_used;
     pools_[c].policy = cache::make_policy(opt.policy, pp);
     stats_.slot_classes.emplace_back(cp.slot_bytes, cp.n_slots);
   }
-  key_slot_.assign(static_cast<size_t>(cfg_.n_layer) * static_cast<size_t>(cfg_.n_expert), -1);
+  key_slot_.assign(n_xl * static_cast<size_t>(cfg_.n_expert), -1);
   uint64_t per_token = 0;
   for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
   prefetch_budget_bytes_ = static_cast<uint64_t>(opt.prefetch_budget * static_cast<double>(per_token));
-  pred_.resize(static_cast<size_t>(cfg_.n_layer));
+  pred_.resize(n_xl);
   for (auto& p : pred_) {
     p.rank.assign(static_cast<size_t>(cfg_.n_expert), 0);
     p.refined.assign(static_cast<size_t>(cfg_.n_expert), 0);
   }
-  ahead2_.assign(static_cast<size_t>(cfg_.n_layer), std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
-  ahead2_valid_.assign(static_cast<size_t>(cfg_.n_layer), 0);
-  ahead2_keys_.resize(static_cast<size_t>(cfg_.n_layer));
-  ahead2_issued_.resize(static_cast<size_t>(cfg_.n_layer));
-  stats_.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  ahead2_.assign(n_xl, std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
+  ahead2_valid_.assign(n_xl, 0);
+  ahead2_keys_.resize(n_xl);
+  ahead2_issued_.resize(n_xl);
+  stats_.layers.resize(n_xl);
   stats_.n_slots = static_cast<int>(slots_.size());
   stats_.slot_bytes = sb;
 }

@@ -93,7 +93,7 @@ void StreamingExperts::clear() {
     for (size_t i = si; i > first; --i) pool.free.push_back(static_cast<int>(i - 1));
     cache::PolicyParams pp;
     pp.capacity = static_cast<size_t>(cp.n_slots);
-    pp.n_layers = cfg_.n_layer;
+    pp.n_layers = layout_.n_layer();
     pp.top_k = cfg_.n_expert_used;
     pool.policy = cache::make_policy(opt_.policy, pp);
   }

@@ -16,8 +16,7 @@ int32_t argmax(const float* v, int n) {
 void MtpDrafter::attach(Context& target) {
   if (!target.has_mtp()) {
     throw Error(target.model().weights().mtp.present()
-                    ? "--spec mtp: the MTP block's experts are not resident (streamed with --mem); MTP drafting "
-                      "with streamed experts is not supported yet"
+                    ? "--spec mtp: the model's MTP block has no routed experts"
                     : "--spec mtp: the model has no MTP (NextN) block (nextn_predict_layers = 0)");
   }
   ctx_ = &target;
