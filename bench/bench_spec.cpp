@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
     // would allocate and touch its arena again (seconds for GiBs).
     std::vector<std::pair<std::string, std::unique_ptr<StreamingExperts>>> caches;
     auto expert_cache = [&](const std::string& mem, const StreamingOptions& so) {
-      const std::string key = mem + "/" + std::to_string(so.cache_bytes);
+      const std::string key = mem + "/" + std::to_string(so.cache_bytes) + "/" + std::to_string(so.withheld_bytes);
       for (auto& [k, c] : caches) {
         if (k == key) return c.get();
       }
@@ -226,13 +226,22 @@ int main(int argc, char** argv) {
       const bool is_resident = mem == "resident";
       if (!is_resident) {
         StreamingOptions so;
-        const BudgetPlan plan = plan_budget(*streamed, parse_mem(mem), n_ctx, 256,
-                                            StreamingExperts::slot_bytes_for(*streamed, so.io_mode),
-                                            drafter ? drafter->resident_bytes() : 0);
+        const uint64_t slot = StreamingExperts::slot_bytes_for(*streamed, so.io_mode);
+        const uint64_t drafter_bytes = drafter ? drafter->resident_bytes() : 0;
+        const BudgetPlan plan = plan_budget(*streamed, parse_mem(mem), n_ctx, 256, slot, drafter_bytes);
         so.cache_bytes = plan.cache;
-        if (cache_share) *cache_share = static_cast<double>(plan.cache) / static_cast<double>(all_experts);
+        // As les run: with load-aware depth the drafter's share is withheld, and goes in use once
+        // the controller gives speculation up and the drafter is released (kept released after).
+        if (drafter_bytes > 0 && !kind.fixed) {
+          so.cache_bytes = plan_budget(*streamed, parse_mem(mem), n_ctx, 256, slot, 0).cache;
+          so.withheld_bytes = so.cache_bytes - plan.cache;
+        }
         ex = expert_cache(mem, so);
         ex->clear();  // every run starts from a cold cache
+        if (cache_share) {
+          const uint64_t in_use = so.cache_bytes - ex->withheld_bytes();
+          *cache_share = static_cast<double>(in_use) / static_cast<double>(all_experts);
+        }
       }
       Context ctx(is_resident ? *resident : *streamed, ContextParams{.n_ctx = n_ctx, .n_threads = a.threads}, ex);
       GenerateParams gp;
@@ -243,6 +252,7 @@ int main(int argc, char** argv) {
       gp.depth.k_max = kind.k;
       gp.depth.adaptive = !kind.fixed;
       gp.depth_state = dc;
+      if (ex && ex->withheld_bytes() > 0) gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
       Result r;
       auto bytes = [&] {
         if (!ex) return uint64_t{0};
@@ -259,6 +269,11 @@ int main(int argc, char** argv) {
       r.n_after_first = st.n_generated - 1;
       r.bytes = bytes() - b0;
       r.spec = st.spec;
+      if (st.spec.released_at >= 0) {
+        std::printf("  %s %s: speculation given up after %d tokens of this run, drafter released (%.1f MiB)%s\n",
+                    mem.c_str(), kind.label.c_str(), st.spec.released_at, st.spec.released_bytes / 1048576.0,
+                    ex && ex->withheld_bytes() == 0 && !is_resident ? ", its slots now in the expert cache" : "");
+      }
       return r;
     };
 
