@@ -7,7 +7,7 @@
 //              [--kinds none,draft,ngram,oracle@0.7,draft/fixed] [-n 96] [--prompts N]
 //              [--prompt-file TEXT] [--prompt-tokens 48] [-t 2] [--reps 3] [--draft-max 6] [--json F]
 //
-// Kinds: none (plain), ngram, draft (--draft), dspark (--dspark), oracle@A (the target's recorded greedy continuation
+// Kinds: none (plain), ngram, draft (--draft), dspark (--dspark), mtp (the model's own MTP head), oracle@A (the target's recorded greedy continuation
 // corrupted to acceptance A), each optionally /fixed (always --draft-max; default load-aware
 // depth) or /k=N. Budgets: "resident" (whole file mapped) or a --mem size (experts streamed with
 // the lookahead schedule through a cache of what is left; a drafter's bytes count against it).
@@ -114,7 +114,7 @@ Kind parse_kind(const std::string& s, int draft_max) {
     else if (parts[i].rfind("k=", 0) == 0) k.k = std::stoi(parts[i].substr(2));
     else throw Error("bad kind option '" + parts[i] + "' in " + s);
   }
-  if (k.base != "none" && k.base != "ngram" && k.base != "draft" && k.base != "dspark" && k.base != "oracle") throw Error("unknown kind " + s);
+  if (k.base != "none" && k.base != "ngram" && k.base != "draft" && k.base != "dspark" && k.base != "mtp" && k.base != "oracle") throw Error("unknown kind " + s);
   return k;
 }
 
@@ -174,7 +174,9 @@ int main(int argc, char** argv) {
     if (kinds.empty() || kinds[0].base != "none") kinds.insert(kinds.begin(), parse_kind("none", a.draft_max));
     const int n_ctx = a.prompt_tokens + a.n_gen + a.draft_max + 8;
     uint64_t all_experts = 0;
-    for (int l = 0; l < c.n_layer; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
+    // Expert layers: the trunk's, and the MTP block's (streamed through the same cache) if any.
+    const int n_expert_layers = c.n_layer + (streamed->weights().mtp.runnable() ? 1 : 0);
+    for (int l = 0; l < n_expert_layers; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
     setvbuf(stdout, nullptr, _IOLBF, 0);
     std::printf("model %s (%d layers, %d experts, k=%d; experts %.1f MiB in all); %zu prompts x %d tokens, "
                 "%d generated, %d threads, %d reps, draft-max %d\n",
@@ -188,7 +190,7 @@ int main(int argc, char** argv) {
     // would allocate and touch its arena again (seconds for GiBs).
     std::vector<std::pair<std::string, std::unique_ptr<StreamingExperts>>> caches;
     auto expert_cache = [&](const std::string& mem, const StreamingOptions& so) {
-      const std::string key = mem + "/" + std::to_string(so.cache_bytes);
+      const std::string key = mem + "/" + std::to_string(so.cache_bytes) + "/" + std::to_string(so.withheld_bytes);
       for (auto& [k, c] : caches) {
         if (k == key) return c.get();
       }
@@ -224,13 +226,22 @@ int main(int argc, char** argv) {
       const bool is_resident = mem == "resident";
       if (!is_resident) {
         StreamingOptions so;
-        const BudgetPlan plan = plan_budget(*streamed, parse_mem(mem), n_ctx, 256,
-                                            StreamingExperts::slot_bytes_for(*streamed, so.io_mode),
-                                            drafter ? drafter->resident_bytes() : 0);
+        const uint64_t slot = StreamingExperts::slot_bytes_for(*streamed, so.io_mode);
+        const uint64_t drafter_bytes = drafter ? drafter->resident_bytes() : 0;
+        const BudgetPlan plan = plan_budget(*streamed, parse_mem(mem), n_ctx, 256, slot, drafter_bytes);
         so.cache_bytes = plan.cache;
-        if (cache_share) *cache_share = static_cast<double>(plan.cache) / static_cast<double>(all_experts);
+        // As les run: with load-aware depth the drafter's share is withheld, and goes in use once
+        // the controller gives speculation up and the drafter is released (kept released after).
+        if (drafter_bytes > 0 && !kind.fixed) {
+          so.cache_bytes = plan_budget(*streamed, parse_mem(mem), n_ctx, 256, slot, 0).cache;
+          so.withheld_bytes = so.cache_bytes - plan.cache;
+        }
         ex = expert_cache(mem, so);
         ex->clear();  // every run starts from a cold cache
+        if (cache_share) {
+          const uint64_t in_use = so.cache_bytes - ex->withheld_bytes();
+          *cache_share = static_cast<double>(in_use) / static_cast<double>(all_experts);
+        }
       }
       Context ctx(is_resident ? *resident : *streamed, ContextParams{.n_ctx = n_ctx, .n_threads = a.threads}, ex);
       GenerateParams gp;
@@ -241,6 +252,7 @@ int main(int argc, char** argv) {
       gp.depth.k_max = kind.k;
       gp.depth.adaptive = !kind.fixed;
       gp.depth_state = dc;
+      if (ex && ex->withheld_bytes() > 0) gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
       Result r;
       auto bytes = [&] {
         if (!ex) return uint64_t{0};
@@ -257,6 +269,11 @@ int main(int argc, char** argv) {
       r.n_after_first = st.n_generated - 1;
       r.bytes = bytes() - b0;
       r.spec = st.spec;
+      if (st.spec.released_at >= 0) {
+        std::printf("  %s %s: speculation given up after %d tokens of this run, drafter released (%.1f MiB)%s\n",
+                    mem.c_str(), kind.label.c_str(), st.spec.released_at, st.spec.released_bytes / 1048576.0,
+                    ex && ex->withheld_bytes() == 0 && !is_resident ? ", its slots now in the expert cache" : "");
+      }
       return r;
     };
 

@@ -591,14 +591,40 @@ TEST(Qwen35Moe, MtpDraftHead) {
   ctx.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data());
   EXPECT_EQ(std::max_element(ctx.mtp_logits(0), ctx.mtp_logits(0) + V) - ctx.mtp_logits(0), drafts[0]);
   EXPECT_THROW(ctx.mtp_rollback(100), Error);
-  // Streamed experts cannot draft (and get no MTP KV cache: the --mem budget agrees).
+  // Streamed experts: the MTP block's experts are expert layer n_layer of the same cache, from the
+  // original GGUF and from its packed form, on both schedules and with a cache smaller than one
+  // token's experts: the same logits bit for bit, and the MTP experts are really read.
+  const std::vector<float> ref_drafts(ctx.mtp_logits(0), ctx.mtp_logits(0) + V);
   auto streamed = Model::load(path, LoadOptions{.map_experts = false});
-  Context sc(*streamed, ContextParams{.n_ctx = 16});
-  EXPECT_FALSE(sc.has_mtp());
-  EXPECT_THROW(sc.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data()), Error);
+  const std::string packed_path = dir + "/mtp_packed.gguf";
+  pack::pack_model(path, packed_path);
+  auto packed = Model::load(packed_path, LoadOptions{.map_experts = false});
+  ASSERT_EQ(streamed->weights().mtp.block.gate.data, nullptr);
+  for (const Model* sm : {streamed.get(), packed.get()}) {
+    for (Schedule sch : {Schedule::ondemand, Schedule::lookahead}) {
+      for (int slots : {4, 40}) {
+        const std::string what = std::string(sm == packed.get() ? "packed " : "gguf ") + schedule_name(sch) +
+                                 " slots=" + std::to_string(slots);
+        StreamingExperts ex(*sm, stream_opts(*sm, sch, storage::IoMode::pread, slots));
+        Context sc(*sm, ContextParams{.n_ctx = 64, .n_threads = 2}, &ex);
+        ASSERT_TRUE(sc.has_mtp()) << what;
+        sc.eval(tokens, true);
+        const uint64_t before = ex.stats().layers.at(size_t(s.n_layer)).selected;
+        EXPECT_EQ(before, 0u) << what << ": the trunk touched the MTP expert layer";
+        sc.mtp_eval(tokens, h_prev.data());
+        ASSERT_TRUE(std::equal(sc.mtp_logits(0), sc.mtp_logits(0) + size_t(V) * tokens.size(), batch.begin()))
+            << what;
+        EXPECT_GT(ex.stats().layers.at(size_t(s.n_layer)).selected, 0u) << what;
+        sc.mtp_rollback(int(tokens.size()));
+        sc.mtp_eval(std::span<const int32_t>(&t0, 1), h0.data());
+        EXPECT_TRUE(std::equal(sc.mtp_logits(0), sc.mtp_logits(0) + V, ref_drafts.begin())) << what;
+      }
+    }
+  }
+  // Both budgets hold the MTP block's KV cache.
   const uint64_t kv_layer = 2ull * 16 * m->config().n_kv_k() * sizeof(float);
-  EXPECT_EQ(plan_budget(*streamed, 1ull << 30, 16, 1, 1 << 20).kv, 2 * kv_layer);  // 2 attention layers
-  EXPECT_EQ(plan_budget(*m, 1ull << 30, 16, 1, 1 << 20).kv, 3 * kv_layer);         // + the MTP block
+  EXPECT_EQ(plan_budget(*streamed, 1ull << 30, 16, 1, 1 << 20).kv, 3 * kv_layer);  // 2 attention layers + MTP
+  EXPECT_EQ(plan_budget(*m, 1ull << 30, 16, 1, 1 << 20).kv, 3 * kv_layer);
   cleanup(dir);
 }
 

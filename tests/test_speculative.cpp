@@ -22,6 +22,7 @@
 #include "les/spec/mtp_drafter.h"
 #include "les/spec/ngram_drafter.h"
 #include "les/spec/oracle_drafter.h"
+#include "les/spec/spec_report.h"
 #include "les/synth/synth.h"
 #include "les/tokenizer/tokenizer.h"
 #include "les/util/error.h"
@@ -333,16 +334,20 @@ TEST(SpecGreedy, MtpDraftsAreVerifiedExactly) {
       EXPECT_GT(r.spec.drafted, 0);
     }
   }
-  // The MTP block's experts are not resident when the model streams: a clear error.
+  // Streamed experts (the MTP block's through the same cache as the trunk's): the same tokens and
+  // hash on both schedules, with a cache far smaller than the experts and one that holds them all.
   auto streamed = Model::load(path, LoadOptions{.map_experts = false});
-  StreamingExperts ex(*streamed, test::stream_opts(*streamed, Schedule::lookahead, storage::IoMode::pread, 16));
-  Context sctx(*streamed, ContextParams{.n_ctx = 128}, &ex);
-  MtpDrafter mtp;
-  try {
-    generate_run(sctx, tok, prompt, 8, &mtp, 2, false);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not resident"), std::string::npos) << e.what();
+  for (Schedule sch : {Schedule::ondemand, Schedule::lookahead}) {
+    for (int slots : {8, 256}) {
+      StreamingExperts ex(*streamed, test::stream_opts(*streamed, sch, storage::IoMode::pread, slots));
+      Context sctx(*streamed, ContextParams{.n_ctx = 128}, &ex);
+      MtpDrafter mtp;
+      const GenRun r = generate_run(sctx, tok, prompt, 32, &mtp, 3, false);
+      EXPECT_EQ(r.tokens, plain.tokens) << schedule_name(sch) << " slots=" << slots;
+      EXPECT_EQ(r.hash, plain.hash) << schedule_name(sch) << " slots=" << slots;
+      EXPECT_GT(r.spec.drafted, 0);
+      EXPECT_GT(ex.stats().layers.at(size_t(m->config().n_layer)).selected, 0u) << "MTP experts never streamed";
+    }
   }
   // A model without an MTP block.
   s.n_mtp = 0;
@@ -408,4 +413,151 @@ TEST(SpecBench, ClearedExpertCacheRunsLikeANewOne) {
   const LayerStreamStats rs = reused.stats().total();
   EXPECT_EQ(rs.bytes_demand, ws.bytes_demand);
   EXPECT_EQ(rs.hits, ws.hits);
+}
+
+TEST(SpecRelease, WithheldSlotsStayOutOfUseUntilReleased) {
+  // A cache built with withheld bytes uses fewer slots (ondemand: the same reads as a cache of
+  // that many slots), computes the same logits, and puts every slot in use on release.
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  auto streamed = Model::load(test::tiny_moe_path(), LoadOptions{.map_experts = false});
+  const std::vector<int32_t> prompt = {785, 3974, 293, 4830, 282, 5131, 7784, 82};
+  const StreamingOptions small = test::stream_opts(*streamed, Schedule::ondemand, storage::IoMode::pread, 40);
+  StreamingOptions big = test::stream_opts(*streamed, Schedule::ondemand, storage::IoMode::pread, 100);
+  big.withheld_bytes = big.cache_bytes - small.cache_bytes;
+  StreamingExperts ref(*streamed, small);
+  const auto want = test::greedy_hashes(*streamed, &ref, prompt, 12);
+  StreamingExperts ex(*streamed, big);
+  EXPECT_EQ(ex.n_slots(), 100);
+  EXPECT_EQ(ex.active_slots(), 40);
+  EXPECT_EQ(ex.withheld_bytes(), big.withheld_bytes);
+  EXPECT_EQ(test::greedy_hashes(*streamed, &ex, prompt, 12), want);
+  EXPECT_EQ(ex.stats().total().bytes_demand, ref.stats().total().bytes_demand) << "a 40-slot cache's reads";
+  EXPECT_EQ(ex.stats().n_slots, 40);
+  EXPECT_EQ(ex.release_withheld(), big.withheld_bytes);
+  EXPECT_EQ(ex.active_slots(), 100);
+  EXPECT_EQ(ex.withheld_bytes(), 0u);
+  EXPECT_EQ(ex.release_withheld(), 0u);
+  // In use now: the same prompt again reads less than from 40 slots (more of it stays), same logits.
+  StreamingExperts full(*streamed, test::stream_opts(*streamed, Schedule::ondemand, storage::IoMode::pread, 100));
+  ex.clear();
+  EXPECT_EQ(test::greedy_hashes(*streamed, &ex, prompt, 12), want);
+  EXPECT_EQ(test::greedy_hashes(*streamed, &full, prompt, 12), want);
+  EXPECT_EQ(ex.stats().total().bytes_demand, full.stats().total().bytes_demand) << "a 100-slot cache's reads";
+  EXPECT_LT(ex.stats().total().bytes_demand, ref.stats().total().bytes_demand);
+  // Withholding more than the cache, or so much that a layer cannot be computed, is handled.
+  StreamingOptions too_much = big;
+  too_much.withheld_bytes = big.cache_bytes + 1;
+  EXPECT_THROW(StreamingExperts(*streamed, too_much), Error);
+  StreamingOptions all = big;
+  all.withheld_bytes = big.cache_bytes;
+  StreamingExperts minimal(*streamed, all);
+  EXPECT_EQ(minimal.active_slots(), streamed->config().n_expert_used) << "never below one layer's experts";
+  EXPECT_EQ(test::greedy_hashes(*streamed, &minimal, prompt, 4), test::greedy_hashes(*streamed, &ref, prompt, 4));
+}
+
+TEST(SpecRelease, ControllerGivesUpAfterLostProbes) {
+  DepthParams dp;
+  dp.k_max = 4;
+  dp.give_up_after = 3;
+  DepthController c(dp);
+  int rounds = 0, probes = 0;
+  while (!c.gave_up() && rounds < 2000) {
+    const int k = c.choose();
+    probes += k > 0;
+    c.record_draft(k, 0.0);
+    c.record_verify(k + 1, 1.0 + 1.0 * k);  // every extra position costs a whole step
+    c.record_round(k, 0);                    // and nothing is ever accepted
+    ++rounds;
+  }
+  ASSERT_TRUE(c.gave_up());
+  // The first full-depth round, then probes at intervals 24, 48, 96; the 4th lost probe gives up.
+  EXPECT_EQ(probes, 4);
+  EXPECT_GT(rounds, 24 + 48 + 96);
+  EXPECT_LT(rounds, 24 + 48 + 96 + 192 + 10);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(c.choose(), 0);
+  // A controller that never gives up, and one where speculation pays, keep going.
+  dp.give_up_after = 0;
+  DepthController never(dp);
+  dp.give_up_after = 3;
+  DepthController pays(dp);
+  for (int r = 0; r < 1000; ++r) {
+    int k = never.choose();
+    never.record_verify(k + 1, 1.0 + k);
+    never.record_round(k, 0);
+    k = pays.choose();
+    pays.record_verify(k + 1, 1.0 + 0.05 * k);
+    pays.record_round(k, k);
+  }
+  EXPECT_FALSE(never.gave_up());
+  EXPECT_FALSE(pays.gave_up());
+}
+
+TEST(SpecRelease, AReleasedDrafterFreesItsMemoryAndTheOutputStaysExact) {
+  // A drafter whose speculation never pays (a fully corrupted oracle would cost nothing, so use the
+  // dense draft on a budget where verification is dear): the controller gives up, the drafter is
+  // released (weights freed, observers gone), the withheld slots go in use, and the tokens and hash
+  // equal plain decoding's; a later request with the same controller decodes plainly.
+  LES_REQUIRE_FILE(test::tiny_moe_path());
+  LES_REQUIRE_FILE(test::shared_models() + "/tiny-moe-dspark.gguf");
+  auto resident = Model::load(test::tiny_moe_path());
+  auto streamed = Model::load(test::tiny_moe_path(), LoadOptions{.map_experts = false});
+  Tokenizer tok(vocab_from_gguf(resident->gguf()));
+  const auto prompt = tok.encode("The history of the", true, false);
+  Context plain_ctx(*resident, ContextParams{.n_ctx = 512, .n_threads = 2});
+  const GenRun plain = generate_run(plain_ctx, tok, prompt, 300, nullptr, 0, false);
+  auto dspark = make_drafter(DrafterOptions{.kind = "dspark", .draft_path = test::shared_models() + "/tiny-moe-dspark.gguf",
+                                            .n_threads = 1, .n_ctx = 512, .sampling = {.temp = 0}}, *resident);
+  ASSERT_GT(dspark->resident_bytes(), 0u);
+  StreamingOptions so = test::stream_opts(*streamed, Schedule::lookahead, storage::IoMode::pread, 120);
+  so.withheld_bytes = so.cache_bytes / 2;
+  StreamingExperts ex(*streamed, so);
+  Context ctx(*streamed, ContextParams{.n_ctx = 512, .n_threads = 2}, &ex);
+  GenerateParams gp;
+  gp.n_predict = 300;
+  gp.sampling.temp = 0;
+  gp.drafter = dspark.get();
+  gp.depth.k_max = 6;
+  gp.depth.probe_every = 4;      // give up quickly: 4 + 8 + 16 + 32 rounds
+  // Verification made to look dear: the controller is told a plain step always wins.
+  DepthController dc(gp.depth);
+  for (int n = 1; n <= 7; ++n) {
+    dc.record_verify(n, 1.0 * n * n);
+    dc.record_verify(n, 1.0 * n * n);
+  }
+  gp.depth_state = &dc;
+  uint64_t released = 0;
+  int calls = 0;
+  gp.on_drafter_released = [&](uint64_t b) {
+    released = b;
+    ++calls;
+    ex.release_withheld();
+  };
+  std::vector<int32_t> got;
+  const GenerateStats st = generate(ctx, tok, prompt, gp, [&](int32_t id, const std::string&) {
+    got.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(got, plain.tokens);
+  EXPECT_EQ(st.final_logits_hash, plain.hash);
+  ASSERT_TRUE(dc.gave_up());
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(st.spec.released_at, 0);
+  EXPECT_GT(released, 10u << 20) << "the F16 drafter's weights";
+  EXPECT_EQ(st.spec.released_bytes, released);
+  EXPECT_TRUE(dspark->released());
+  EXPECT_EQ(dspark->resident_bytes(), 0u);
+  EXPECT_EQ(ex.withheld_bytes(), 0u);
+  EXPECT_EQ(ex.active_slots(), ex.n_slots());
+  EXPECT_NE(format_spec_stats(st, 1).find("given up"), std::string::npos);
+  // The next request: plain decoding with the released drafter, the same output.
+  Context ctx2(*streamed, ContextParams{.n_ctx = 512, .n_threads = 2}, &ex);
+  gp.n_predict = 40;
+  std::vector<int32_t> again;
+  const GenerateStats st2 = generate(ctx2, tok, prompt, gp, [&](int32_t id, const std::string&) {
+    again.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(again, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + 40));
+  EXPECT_EQ(st2.spec.drafted, 0);
+  EXPECT_EQ(calls, 1);
 }

@@ -148,10 +148,21 @@ int cmd_run(int argc, char** argv) {
     so.throttle = a.has("--throttle");
     if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
     if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
-    plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
-                       StreamingExperts::slot_bytes_for(*model, so.io_mode), drafter ? drafter->resident_bytes() : 0);
+    const uint64_t mem = parse_size(a.str("--mem"), "--mem");
+    const uint64_t slot = StreamingExperts::slot_bytes_for(*model, so.io_mode);
+    plan = plan_budget(*model, mem, cp.n_ctx, cp.n_batch, slot, drafter ? drafter->resident_bytes() : 0);
     so.cache_bytes = plan.cache;
+    if (drafter && gp.depth.adaptive) {
+      // The drafter's share of the cache is withheld (never touched) rather than missing: when
+      // the depth controller gives speculation up, the drafter is freed and the slots go in use.
+      so.cache_bytes = plan_budget(*model, mem, cp.n_ctx, cp.n_batch, slot, 0).cache;
+      so.withheld_bytes = so.cache_bytes - plan.cache;
+    }
     experts = std::make_unique<StreamingExperts>(*model, so);
+    if (so.withheld_bytes > 0) {
+      StreamingExperts* ex = experts.get();
+      gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+    }
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",

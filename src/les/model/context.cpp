@@ -335,7 +335,7 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
 }
 
 void Context::ffn(const LayerWeights& L, int il, int n) {
-  const bool trunk = il < cfg_.n_layer;  // the MTP block (il == n_layer) uses resident experts
+  const bool trunk = il < cfg_.n_layer;  // il == n_layer: the MTP block (expert layer n_layer)
   const int64_t E = cfg_.n_embd;
   const int K = cfg_.n_expert_used;
   const int64_t F = cfg_.n_ff_exp;
@@ -415,14 +415,7 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
     }
   };
-  if (trunk) {
-    experts_->with_experts(il, uniq, run_expert);
-  } else {
-    for (size_t ui = 0; ui < uniq.size(); ++ui) {
-      const int32_t e = uniq[ui];
-      run_expert(ui, ExpertView{L.gate.expert(e), L.up.expert(e), L.down.expert(e)});
-    }
-  }
+  experts_->with_experts(il, uniq, run_expert);
 
   // Combine in router order: out = y0*w0 + y1*w1 + ... (fixed order, never completion order).
   for (int i = 0; i < n; ++i) {

@@ -30,7 +30,7 @@ void Context::mtp_rollback(int n) {
 void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
   const MtpWeights& t = model_.weights().mtp;
   if (!t.present()) throw Error("mtp_eval: the model has no MTP (NextN) block");
-  if (!t.runnable()) throw Error("mtp_eval: the MTP block's experts are not resident (streamed model)");
+  if (!t.runnable()) throw Error("mtp_eval: the MTP block has no routed experts");
   if (tokens.empty()) throw Error("mtp_eval: no tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {

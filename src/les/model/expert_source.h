@@ -45,7 +45,8 @@ class ResidentExperts final : public ExpertSource {
   explicit ResidentExperts(const ModelWeights& w) : w_(w) {}
   void with_experts(int layer, std::span<const int32_t> ids,
                     const std::function<void(size_t, const ExpertView&)>& run) override {
-    const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
+    // Expert layer n_layer is the MTP block's (ModelWeights::layers holds the trunk only).
+    const LayerWeights& L = static_cast<size_t>(layer) < w_.layers.size() ? w_.layers[static_cast<size_t>(layer)] : w_.mtp.block;
     for (size_t i = 0; i < ids.size(); ++i) {
       run(i, ExpertView{L.gate.expert(ids[i]), L.up.expert(ids[i]), L.down.expert(ids[i])});
     }

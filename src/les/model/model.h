@@ -39,6 +39,9 @@ class Model {
   uint64_t expert_bytes() const { return expert_bytes_; }
   // Bytes of one routed expert (gate + up + down) of a layer (padding of a packed row excluded).
   uint64_t expert_size(int layer) const;
+  // The weights holding expert layer `layer`'s routed experts: trunk layer `layer`, or the MTP
+  // block for layer == n_layer (when the model has a runnable one).
+  const LayerWeights& expert_layer(int layer) const;
   // The pack metadata of a packed file (les pack), checked at load; nullptr for an original GGUF.
   const pack::PackInfo* packed() const { return pack_ ? &*pack_ : nullptr; }
 

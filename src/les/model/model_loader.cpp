@@ -218,7 +218,8 @@ struct ModelLoader {
   }
 
   // The MTP (NextN) block after the trunk (qwen35moe): loaded as the draft head; it never runs in
-  // the main pass. Its routed experts are resident only (a streamed model cannot draft).
+  // the main pass. Its routed experts are expert layer n_layer: mapped when resident, streamed
+  // through the expert cache otherwise (ExpertLayout gives them a layer of their own).
   void load_mtp_block() {
     const ModelConfig& c = m.cfg_;
     if (c.n_layer_nextn == 0) return;
@@ -408,8 +409,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 }
 
 uint64_t Model::expert_size(int layer) const {
-  const LayerWeights& L = w_.layers.at(static_cast<size_t>(layer));
+  const LayerWeights& L = expert_layer(layer);
   return L.gate.expert_bytes + L.up.expert_bytes + L.down.expert_bytes;
+}
+
+const LayerWeights& Model::expert_layer(int layer) const {
+  if (layer == cfg_.n_layer && w_.mtp.runnable()) return w_.mtp.block;
+  return w_.layers.at(static_cast<size_t>(layer));
 }
 
 }  // namespace les

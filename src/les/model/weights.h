@@ -92,8 +92,9 @@ struct MtpWeights {
   Matrix embed;             // nextn.embed_tokens, else token_embd
   Matrix head;              // nextn.shared_head_head, else output
   bool present() const { return eh_proj.present(); }
-  // The head can draft: present with resident experts (a streamed model's MTP experts are not).
-  bool runnable() const { return present() && block.gate.data != nullptr; }
+  // The head can draft: present with its routed experts (resident, or streamed as expert layer
+  // n_layer through the same cache as the trunk's).
+  bool runnable() const { return present() && block.gate.present(); }
 };
 
 struct ModelWeights {

@@ -53,7 +53,10 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   ahead2_valid_[static_cast<size_t>(layer)] = 0;
 
   policy_of_layer(layer).on_route(layer, ids.data(), static_cast<int>(ids.size()), clock_);
-  if (opt_.oracle && opt_.oracle_record) opt_.oracle->record(oracle_step_, layer, ids);
+  // The MTP block's expert layer (layer == n_layer) is outside the trunk's chain of predictions: it
+  // is neither recorded for the oracle nor a point to prefetch the next layer from.
+  const bool trunk = layer < cfg_.n_layer;
+  if (trunk && opt_.oracle && opt_.oracle_record) opt_.oracle->record(oracle_step_, layer, ids);
 
   classify(r, have_pred, have_refined, have_ahead2);
 
@@ -61,7 +64,7 @@ void StreamingExperts::with_experts(int layer, std::span<const int32_t> ids,
   // submission for all of them.
   begin_batch();
   issue_demand_reads(r);
-  if (opt_.schedule == Schedule::lookahead) issue_lookahead_prefetches(layer);
+  if (trunk && opt_.schedule == Schedule::lookahead) issue_lookahead_prefetches(layer);
   flush_batch();
   if (opt_.schedule == Schedule::lookahead) run_residents(r);
   run_arrivals(r);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "les/util/error.h"
@@ -72,8 +73,11 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
                        "file has none", model.path().c_str()));
   }
   const uint64_t sb = layout_.slot_bytes();
-  std::vector<uint64_t> layer_slot(static_cast<size_t>(cfg_.n_layer));
-  for (int l = 0; l < cfg_.n_layer; ++l) layer_slot[static_cast<size_t>(l)] = layout_.slot_bytes(l);
+  // Expert layers: the trunk's, plus layer n_layer when the model has an MTP block (its experts go
+  // through the same cache; the predictor and the per-token prefetch budget cover the trunk only).
+  const size_t n_xl = static_cast<size_t>(layout_.n_layer());
+  std::vector<uint64_t> layer_slot(n_xl);
+  for (int l = 0; l < layout_.n_layer(); ++l) layer_slot[static_cast<size_t>(l)] = layout_.slot_bytes(l);
   class_plan_ = plan_slot_classes(layer_slot, cfg_.n_expert, cfg_.n_expert_used, opt.cache_bytes);
   storage::IoOptions io = opt.io;
   io.queue_depth = opt.queue_depth;
@@ -86,47 +90,56 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
     arena_bytes += static_cast<uint64_t>(c.n_slots) * c.slot_bytes;
     n_slots += static_cast<size_t>(c.n_slots);
   }
+  if (opt.withheld_bytes > arena_bytes) {
+    throw Error(strfmt("withheld expert cache bytes (%.1f MiB) exceed the cache (%.1f MiB)",
+                       opt.withheld_bytes / 1048576.0, arena_bytes / 1048576.0));
+  }
   arena_ = storage::AlignedBuffer(static_cast<size_t>(arena_bytes), storage::kDirectIoAlign);
-  // The cache is the budget's: take its pages now (first-touch faults would otherwise land on the
-  // first reads into each slot, inside the token loop).
-  std::memset(arena_.data(), 0, arena_.size());
   slots_.resize(n_slots);
-  layer_pool_.assign(static_cast<size_t>(cfg_.n_layer), 0);
+  layer_pool_.assign(n_xl, 0);
   pools_.resize(class_plan_.size());
+  withheld_.assign(class_plan_.size(), 0);
   uint64_t offset = 0;
   size_t si = 0;
   for (size_t c = 0; c < class_plan_.size(); ++c) {
     const SlotClassPlan& cp = class_plan_[c];
     for (int l : cp.layers) layer_pool_[static_cast<size_t>(l)] = static_cast<int>(c);
-    const size_t first = si;
+    pools_[c].first = si;
     for (int i = 0; i < cp.n_slots; ++i, ++si) {
       slots_[si].data = arena_.data() + offset;
       slots_[si].cls = static_cast<int>(c);
       offset += cp.slot_bytes;
     }
-    for (size_t i = si; i > first; --i) pools_[c].free.push_back(static_cast<int>(i - 1));
-    cache::PolicyParams pp;
-    pp.capacity = static_cast<size_t>(cp.n_slots);
-    pp.n_layers = cfg_.n_layer;
-    pp.top_k = cfg_.n_expert_used;
-    pools_[c].policy = cache::make_policy(opt.policy, pp);
-    stats_.slot_classes.emplace_back(cp.slot_bytes, cp.n_slots);
+    // Withheld: each pool's share of withheld_bytes (in proportion to its bytes, rounded up so
+    // that at least withheld_bytes stay untouched), its last slots, never below the minimum.
+    const uint64_t pool_bytes = static_cast<uint64_t>(cp.n_slots) * cp.slot_bytes;
+    const double share = static_cast<double>(opt.withheld_bytes) * static_cast<double>(pool_bytes) /
+                         static_cast<double>(std::max<uint64_t>(arena_bytes, 1));
+    const int want = static_cast<int>(std::ceil(share / static_cast<double>(cp.slot_bytes)));
+    withheld_[c] = std::clamp(want, 0, std::max(0, cp.n_slots - cfg_.n_expert_used));
+    // The cache is the budget's: take the pages of the slots in use now (first-touch faults would
+    // otherwise land on the first reads into each slot, inside the token loop); withheld slots
+    // stay untouched (not resident) until release_withheld().
+    const int active = cp.n_slots - withheld_[c];
+    std::memset(slots_[pools_[c].first].data, 0, static_cast<size_t>(active) * cp.slot_bytes);
+    stats_.slot_classes.emplace_back(cp.slot_bytes, active);
   }
-  key_slot_.assign(static_cast<size_t>(cfg_.n_layer) * static_cast<size_t>(cfg_.n_expert), -1);
+  reset_pools();
+  key_slot_.assign(n_xl * static_cast<size_t>(cfg_.n_expert), -1);
   uint64_t per_token = 0;
   for (int l = 0; l < cfg_.n_layer; ++l) per_token += layout_.expert_bytes(l) * static_cast<uint64_t>(cfg_.n_expert_used);
   prefetch_budget_bytes_ = static_cast<uint64_t>(opt.prefetch_budget * static_cast<double>(per_token));
-  pred_.resize(static_cast<size_t>(cfg_.n_layer));
+  pred_.resize(n_xl);
   for (auto& p : pred_) {
     p.rank.assign(static_cast<size_t>(cfg_.n_expert), 0);
     p.refined.assign(static_cast<size_t>(cfg_.n_expert), 0);
   }
-  ahead2_.assign(static_cast<size_t>(cfg_.n_layer), std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
-  ahead2_valid_.assign(static_cast<size_t>(cfg_.n_layer), 0);
-  ahead2_keys_.resize(static_cast<size_t>(cfg_.n_layer));
-  ahead2_issued_.resize(static_cast<size_t>(cfg_.n_layer));
-  stats_.layers.resize(static_cast<size_t>(cfg_.n_layer));
-  stats_.n_slots = static_cast<int>(slots_.size());
+  ahead2_.assign(n_xl, std::vector<uint8_t>(static_cast<size_t>(cfg_.n_expert), 0));
+  ahead2_valid_.assign(n_xl, 0);
+  ahead2_keys_.resize(n_xl);
+  ahead2_issued_.resize(n_xl);
+  stats_.layers.resize(n_xl);
+  stats_.n_slots = active_slots();
   stats_.slot_bytes = sb;
 }
 

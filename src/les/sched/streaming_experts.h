@@ -37,6 +37,9 @@ Schedule parse_schedule(const std::string& s);  // throws les::Error listing the
 struct StreamingOptions {
   Schedule schedule = Schedule::lookahead;
   uint64_t cache_bytes = 0;     // bytes for expert slots (slots = cache_bytes / slot bytes)
+  // Of cache_bytes, bytes of slots withheld until release_withheld() (at least this many; each
+  // pool keeps at least n_expert_used slots in use).
+  uint64_t withheld_bytes = 0;
   int predict_extra = 0;        // m: prefetch the top k+m (0 measured best: docs/benchmarks.md)
   // Refine: when layer l's output is known, apply layer l+1's norm and router to it and prefetch
   // the experts of its top k that the early guess missed (a better guess with less time left).
@@ -170,6 +173,13 @@ class StreamingExperts final : public ExpertSource {
   // pool's eviction policy and resets the statistics. For benchmarks that start each run cold
   // (allocating and touching a multi-GiB arena again would cost seconds).
   void clear();
+  // Slots withheld at construction (StreamingOptions::withheld_bytes): their memory is never
+  // touched and they hold no expert until release_withheld() puts them in use (e.g. when a
+  // speculative drafter whose bytes the budget set aside has been released). Returns the bytes
+  // put in use (0 if none were withheld).
+  uint64_t release_withheld();
+  uint64_t withheld_bytes() const;
+  int active_slots() const;  // slots in use (n_slots() less the withheld ones)
   int n_slots() const { return static_cast<int>(slots_.size()); }
   const std::vector<SlotClassPlan>& slot_classes() const { return class_plan_; }
   uint64_t slot_bytes() const { return layout_.slot_bytes(); }
@@ -195,6 +205,7 @@ class StreamingExperts final : public ExpertSource {
   };
   // A pool of equal slots (plan_slot_classes) with its own eviction policy.
   struct SlotPool {
+    size_t first = 0;        // its slots are slots_[first, first + n_slots) of its class plan
     std::unique_ptr<cache::EvictionPolicy> policy;
     std::vector<int> free;   // free slots
     std::vector<int> stale;  // slots holding prefetched experts predicted wrongly
@@ -265,6 +276,9 @@ class StreamingExperts final : public ExpertSource {
   std::unique_ptr<storage::IoEngine> io_;
   std::vector<SlotClassPlan> class_plan_;
   std::vector<SlotPool> pools_;               // [class]
+  std::vector<int> withheld_;                 // [class]: the pool's last slots, out of use
+  void reset_pools();                         // free lists of the slots in use, new policies
+  std::unique_ptr<cache::EvictionPolicy> make_pool_policy(size_t capacity) const;
   std::vector<int> layer_pool_;               // [layer] -> class
   storage::AlignedBuffer arena_;
   std::vector<Slot> slots_;

@@ -12,6 +12,7 @@
 //   and set its state through submit_read / on_complete (streaming_io.cpp); step_ advances once
 //   per layer (protection epochs).
 #include <algorithm>
+#include <cstring>
 
 #include "les/sched/streaming_experts.h"
 #include "les/util/error.h"
@@ -78,25 +79,67 @@ std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_
   return cls;
 }
 
+std::unique_ptr<cache::EvictionPolicy> StreamingExperts::make_pool_policy(size_t capacity) const {
+  cache::PolicyParams pp;
+  pp.capacity = capacity;
+  pp.n_layers = layout_.n_layer();
+  pp.top_k = cfg_.n_expert_used;
+  return cache::make_policy(opt_.policy, pp);
+}
+
+void StreamingExperts::reset_pools() {
+  for (size_t c = 0; c < pools_.size(); ++c) {
+    SlotPool& pool = pools_[c];
+    const int active = class_plan_[c].n_slots - withheld_[c];
+    pool.free.clear();
+    pool.stale.clear();
+    // Lowest slot first out of the free list; withheld slots (the pool's last) are left out.
+    for (size_t i = pool.first + static_cast<size_t>(active); i > pool.first; --i) pool.free.push_back(static_cast<int>(i - 1));
+    pool.policy = make_pool_policy(static_cast<size_t>(active));
+  }
+}
+
+int StreamingExperts::active_slots() const {
+  int n = 0;
+  for (size_t c = 0; c < class_plan_.size(); ++c) n += class_plan_[c].n_slots - withheld_[c];
+  return n;
+}
+
+uint64_t StreamingExperts::withheld_bytes() const {
+  uint64_t b = 0;
+  for (size_t c = 0; c < class_plan_.size(); ++c) b += static_cast<uint64_t>(withheld_[c]) * class_plan_[c].slot_bytes;
+  return b;
+}
+
+uint64_t StreamingExperts::release_withheld() {
+  const uint64_t released = withheld_bytes();
+  if (released == 0) return 0;
+  for (size_t c = 0; c < pools_.size(); ++c) {
+    if (withheld_[c] == 0) continue;
+    const SlotClassPlan& cp = class_plan_[c];
+    SlotPool& pool = pools_[c];
+    const size_t begin = pool.first + static_cast<size_t>(cp.n_slots - withheld_[c]);
+    const size_t end = pool.first + static_cast<size_t>(cp.n_slots);
+    std::memset(slots_[begin].data, 0, (end - begin) * cp.slot_bytes);  // take the pages now
+    for (size_t i = end; i > begin; --i) pool.free.push_back(static_cast<int>(i - 1));
+    // A policy's capacity is fixed at construction: a new one for the larger pool, told about
+    // what is resident (in slot order; the recency it had is lost once).
+    pool.policy = make_pool_policy(static_cast<size_t>(cp.n_slots));
+    for (size_t i = pool.first; i < begin; ++i) {
+      if (slots_[i].state != SlotState::free) pool.policy->on_insert(slots_[i].key, clock_);
+    }
+    withheld_[c] = 0;
+    stats_.slot_classes[c].second = cp.n_slots;
+  }
+  stats_.n_slots = active_slots();
+  return released;
+}
+
 void StreamingExperts::clear() {
   while (!tag_slot_.empty()) drain(true, 100000);
   for (Slot& s : slots_) reset_slot(s);
   std::fill(key_slot_.begin(), key_slot_.end(), -1);
-  size_t si = 0;
-  for (size_t c = 0; c < pools_.size(); ++c) {  // the constructor's free-list order
-    const SlotClassPlan& cp = class_plan_[c];
-    SlotPool& pool = pools_[c];
-    pool.free.clear();
-    pool.stale.clear();
-    const size_t first = si;
-    si += static_cast<size_t>(cp.n_slots);
-    for (size_t i = si; i > first; --i) pool.free.push_back(static_cast<int>(i - 1));
-    cache::PolicyParams pp;
-    pp.capacity = static_cast<size_t>(cp.n_slots);
-    pp.n_layers = cfg_.n_layer;
-    pp.top_k = cfg_.n_expert_used;
-    pool.policy = cache::make_policy(opt_.policy, pp);
-  }
+  reset_pools();
   for (Prediction& p : pred_) {
     p.valid = p.issued = p.has_refined = false;
     p.keys.clear();

@@ -25,6 +25,9 @@ struct GenerateParams {
   // A controller that outlives this call (a session's: what it learnt carries over to the next
   // request); null: a fresh one from `depth`.
   DepthController* depth_state = nullptr;
+  // Called once if the depth controller gives speculation up and the drafter is released, with
+  // the bytes it freed (e.g. to put the expert cache's withheld slots in use).
+  std::function<void(uint64_t bytes)> on_drafter_released;
   float draft_p_min = 0.0f;   // cut a draft at the first token the drafter's confidence puts below this
 };
 
@@ -40,6 +43,10 @@ struct SpecStats {
   // bytes per token with and without speculation in one run (0 bytes when resident).
   uint64_t plain_bytes = 0, spec_bytes = 0;
   int plain_tokens = 0, spec_tokens = 0;
+  // Speculation given up (DepthParams::give_up_after): the drafter was released after this many
+  // generated tokens (-1: not in this run), freeing released_bytes.
+  int released_at = -1;
+  uint64_t released_bytes = 0;
   double mean_accepted() const { return rounds ? static_cast<double>(accepted) / rounds : 0; }
 };
 

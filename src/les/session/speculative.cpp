@@ -27,7 +27,8 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
 
   Sampler sampler(p.sampling);
   for (int32_t t : prompt) sampler.accept(t);
-  drafter.attach(ctx);
+  // A drafter released by an earlier request (the controller outlived it) is not used again.
+  if (!drafter.released()) drafter.attach(ctx);
 
   double t0 = now_s();
   const int pos_prompt = ctx.n_past();
@@ -63,7 +64,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   // (rollback replays produce no outputs), so they are hashed once, at the end.
   const float* final_logits = ctx.last_logits();
   bool go = commit(sampler.draw(dist));
-  if (go) {
+  if (go && !drafter.released()) {
     drafter.on_target_eval(pos_prompt, static_cast<int>(prompt.size()), ctx.n_past(),
                            std::span<const int32_t>(history).subspan(1));
   }
@@ -74,7 +75,12 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
       st.stop_reason = "context";
       break;
     }
-    int k = depth.choose();
+    int k = drafter.released() ? 0 : depth.choose();
+    if (depth.gave_up() && !drafter.released()) {
+      ss.released_at = st.n_generated;
+      ss.released_bytes = drafter.release();
+      if (p.on_drafter_released) p.on_drafter_released(ss.released_bytes);
+    }
     k = std::min(k, ctx.n_ctx() - ctx.n_past() - 1);            // the batch must fit the context
     if (p.n_predict >= 0) k = std::min(k, p.n_predict - st.n_generated - 1);  // never past -n
     k = std::max(k, 0);
@@ -134,7 +140,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
     // The context keeps every committed token but the last (which the next round evaluates).
     const int n_keep = pos_prompt + static_cast<int>(history.size()) - 1;
     if (n_keep < ctx.n_past()) ctx.rollback(n_keep);
-    if (go) {
+    if (go && !drafter.released()) {
       drafter.on_target_eval(pos0, static_cast<int>(batch.size()), n_keep,
                              std::span<const int32_t>(history).subspan(static_cast<size_t>(pos0 - pos_prompt + 1)));
     }

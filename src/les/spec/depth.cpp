@@ -65,7 +65,7 @@ double DepthController::verify_seconds(int n) const { return estimate(t_verify_,
 double DepthController::draft_seconds(int k) const { return std::max(estimate(t_draft_, k), 0.0); }
 
 int DepthController::choose(const std::vector<float>* confidence) {
-  if (p_.k_max == 0) return 0;
+  if (p_.k_max == 0 || gave_up_) return 0;
   if (!p_.adaptive) return p_.k_max;
   if (t_verify_[1] < 0) return 0;  // measure a plain step first: everything is compared with it
   const double t1 = t_verify_[1];
@@ -93,11 +93,20 @@ int DepthController::choose(const std::vector<float>* confidence) {
   // taken (a plain step's time included) follow the machine's load and the text.
   // While plain steps win, each probe that confirms it doubles the interval (up to 16x): a probe
   // round costs a drafting pass and a dearer verification, which adds up when it keeps losing.
-  if (best != 0) probe_interval_ = p_.probe_every;
+  if (best != 0) {
+    probe_interval_ = p_.probe_every;
+    lost_probes_ = 0;
+  }
   if (++rounds_since_probe_ >= probe_interval_) {
     rounds_since_probe_ = 0;
     if (best != 0) return 0;           // a plain step: the measure everything is compared with
     if (second >= 0) {
+      // Plain steps still win at this probe: the previous probes (if any) all lost.
+      if (p_.give_up_after > 0 && lost_probes_ >= p_.give_up_after) {
+        gave_up_ = true;
+        return 0;
+      }
+      ++lost_probes_;
       probe_interval_ = std::min(probe_interval_ * 2, p_.probe_every * 16);
       return second;
     }

@@ -24,6 +24,11 @@ struct DepthParams {
   double ema = 0.25;       // weight of a new cost measurement
   double decay = 0.98;     // per round, of the acceptance counts
   double margin = 1.05;    // a depth k > 0 is chosen only if its expected rate beats a plain step's by this
+  // Give speculation up for good after this many probes of the runner-up in a row that left plain
+  // steps ahead (0: never). The caller then releases the drafter (its memory goes back to the
+  // expert cache, its observers stop costing). Probes double their interval while they lose, so
+  // 3 means about 24 + 48 + 96 + 192 rounds without a win.
+  int give_up_after = 3;
 };
 
 class DepthController {
@@ -41,6 +46,9 @@ class DepthController {
   // A round drafted `drafted` tokens and the target accepted the first `accepted` of them.
   void record_round(int drafted, int accepted);
 
+  // Whether speculation was given up (choose() then always returns 0).
+  bool gave_up() const { return gave_up_; }
+
   double acceptance(int pos) const;          // a_pos (1-based), measured with a prior
   double expected_tokens(int k, const std::vector<float>* confidence = nullptr) const;
   double verify_seconds(int n) const;         // estimate of t_verify(n)
@@ -55,6 +63,8 @@ class DepthController {
   std::vector<int> n_verify_;                 // [n]: passes measured
   std::vector<double> acc_n_, acc_d_;         // per position: accepted / drafted counts
   int rounds_since_probe_ = 0;
+  int lost_probes_ = 0;                       // probes in a row after which plain steps still won
+  bool gave_up_ = false;
   int probe_interval_ = 24;
 };
 

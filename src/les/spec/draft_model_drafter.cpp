@@ -22,7 +22,15 @@ DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, const Model& 
   ctx_ = std::make_unique<Context>(*model_, cp);
 }
 
-uint64_t DraftModelDrafter::resident_bytes() const { return model_->gguf().file_size + ctx_->state_bytes(); }
+uint64_t DraftModelDrafter::resident_bytes() const {
+  return model_ ? model_->gguf().file_size + ctx_->state_bytes() : 0;
+}
+
+void DraftModelDrafter::drop() {
+  ctx_.reset();  // before the model it refers to
+  model_.reset();
+  evaluated_.clear();
+}
 
 void DraftModelDrafter::draft(std::span<const int32_t> history, int max_n, Draft& out) {
   out.clear();

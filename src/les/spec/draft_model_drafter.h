@@ -20,6 +20,11 @@ class DraftModelDrafter final : public Drafter {
   std::string name() const override { return "draft"; }
   void draft(std::span<const int32_t> history, int max_n, Draft& out) override;
   uint64_t resident_bytes() const override;
+
+ protected:
+  void drop() override;
+
+ public:
   const Model& model() const { return *model_; }
 
  private:

@@ -52,6 +52,26 @@ class Drafter {
 
   // Bytes this drafter keeps resident (weights, caches), for the memory budget.
   virtual uint64_t resident_bytes() const { return 0; }
+
+  // Gives drafting up for good (the depth controller found it does not pay): frees the weights
+  // and caches and stops reading the target (observers removed); resident_bytes() is then 0.
+  // Idempotent. Returns the bytes freed. Callers must not call attach(), draft() or
+  // on_target_eval() on a released drafter (the speculative loop decodes plainly instead).
+  uint64_t release() {
+    if (released_) return 0;
+    const uint64_t b = resident_bytes();
+    drop();
+    released_ = true;
+    return b;
+  }
+  bool released() const { return released_; }
+
+ protected:
+  // release()'s work for drafters that hold weights or read the target.
+  virtual void drop() {}
+
+ private:
+  bool released_ = false;
 };
 
 }  // namespace les

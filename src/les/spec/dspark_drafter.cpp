@@ -10,6 +10,15 @@ namespace les {
 
 DsparkDrafter::DsparkDrafter(std::unique_ptr<DsparkModel> m) : model_(std::move(m)) {}
 
+void DsparkDrafter::drop() {
+  if (target_) target_->set_observer({});
+  target_ = nullptr;
+  model_.reset();
+  std::vector<float>().swap(pending_);
+  std::vector<float>().swap(backlog_);
+  pending_rows_ = backlog_rows_ = 0;
+}
+
 void DsparkDrafter::attach(Context& target) {
   target_ = &target;
   // A new generation: forget the previous one's context (positions before the target's n_past()

@@ -20,8 +20,11 @@ class DsparkDrafter final : public Drafter {
   void attach(Context& target) override;
   void draft(std::span<const int32_t> history, int max_n, Draft& out) override;
   void on_target_eval(int pos0, int n, int n_keep, std::span<const int32_t> next_tokens) override;
-  uint64_t resident_bytes() const override { return model_->bytes(); }
+  uint64_t resident_bytes() const override { return model_ ? model_->bytes() : 0; }
   const DsparkModel& model() const { return *model_; }
+
+ protected:
+  void drop() override;
 
  private:
   std::unique_ptr<DsparkModel> model_;

@@ -22,6 +22,10 @@ std::string format_spec_stats(const GenerateStats& st, uint64_t bytes_read) {
     if (s.chosen_k[k]) o += strfmt(" %zu:%d", k, s.chosen_k[k]);
   }
   o += strfmt("\n  time: drafting %.3f s, verification %.3f s", s.draft_seconds, s.verify_seconds);
+  if (s.released_at >= 0) {
+    o += strfmt("\n  speculation given up after %d tokens (plain steps kept winning): drafter released, %.1f MiB "
+                "freed", s.released_at, s.released_bytes / 1048576.0);
+  }
   if (bytes_read) {
     auto per = [](uint64_t b, int t) { return t > 0 ? static_cast<double>(b) / 1048576.0 / t : 0.0; };
     o += strfmt("\n  expert bytes read per generated token: %.2f MiB (plain steps %.2f MiB over %d tokens, "

@@ -19,12 +19,14 @@ uint64_t ExpertLayout::part_read_span(const ExpertStack& s) const {
 }
 
 ExpertLayout::ExpertLayout(const Model& model, uint64_t alignment)
-    : n_layer_(model.config().n_layer), n_expert_(model.config().n_expert), align_(std::max<uint64_t>(1, alignment)) {
+    : n_layer_(model.config().n_layer + (model.weights().mtp.runnable() ? 1 : 0)),
+      n_expert_(model.config().n_expert),
+      align_(std::max<uint64_t>(1, alignment)) {
   layers_.resize(static_cast<size_t>(n_layer_));
   const pack::PackInfo* packed = model.packed();
   has_checksums_ = packed != nullptr && n_layer_ > 0;
   for (int l = 0; l < n_layer_; ++l) {
-    const LayerWeights& L = model.weights().layers[static_cast<size_t>(l)];
+    const LayerWeights& L = model.expert_layer(l);
     LayerLayout& ll = layers_[static_cast<size_t>(l)];
     const ExpertStack* stacks[3] = {&L.gate, &L.up, &L.down};
     uint64_t first = UINT64_MAX, end = 0;

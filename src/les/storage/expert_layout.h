@@ -36,6 +36,7 @@ class ExpertLayout {
   // outlive the layout.
   ExpertLayout(const Model& model, uint64_t alignment);
 
+  // Expert layers: the trunk's n_layer, plus layer n_layer for an MTP block's experts.
   int n_layer() const { return n_layer_; }
   int n_expert() const { return n_expert_; }
   uint64_t alignment() const { return align_; }
