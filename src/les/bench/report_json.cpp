@@ -64,7 +64,8 @@ std::string format_json(const BenchReport& r) {
            ", \"of_ceiling\": " + num(x.of_ceiling) + ", \"oracle_tps\": " + num(x.oracle_tps) +
            ", \"of_oracle\": " + num(x.of_oracle) + ", \"cache_share\": " + num(x.cache_share) +
            ", \"drafted_per_round\": " + num(x.drafted_per_round) +
-           ", \"accepted_per_round\": " + num(x.accepted_per_round) + ", \"acceptance\": " + num(x.acceptance) + ", \"logits_hash\": " + str(hex64(x.hash)) +
+           ", \"accepted_per_round\": " + num(x.accepted_per_round) + ", \"acceptance\": " + num(x.acceptance) +
+           ", \"gave_up_runs\": " + strfmt("%d", x.gave_up) + ", \"gave_up_at\": " + num(x.gave_up_at) + ", \"logits_hash\": " + str(hex64(x.hash)) +
            ", \"hash_group\": " + strfmt("%d", x.hash_group) + ", \"decode_tps_per_rep\": [";
       for (size_t k = 0; k < x.decode_per_rep.size(); ++k) s += (k ? ", " : "") + num(x.decode_per_rep[k]);
       s += "]";

@@ -49,8 +49,12 @@ std::string format_markdown(const BenchReport& r) {
     const std::string spec =
         std::isnan(x.accepted_per_round)
             ? std::string()
-            : strfmt("; per verification %.2f draft tokens proposed, %.2f kept (acceptance %s)", x.drafted_per_round,
-                     x.accepted_per_round, cell("%.0f%%", 100 * x.acceptance).c_str());
+            : strfmt("; per verification %.2f draft tokens proposed, %.2f kept (acceptance %s)%s", x.drafted_per_round,
+                     x.accepted_per_round, cell("%.0f%%", 100 * x.acceptance).c_str(),
+                     x.gave_up ? strfmt("; speculation given up (drafter freed) in %d of %zu runs, at token %.0f",
+                                        x.gave_up, x.decode_per_rep.size(), x.gave_up_at)
+                                     .c_str()
+                               : "");
     s += strfmt("- %s: %s%s%s%s\n", row_label(x.kind), x.how.c_str(), x.note.empty() ? "" : "; ", x.note.c_str(),
                 spec.c_str());
   }

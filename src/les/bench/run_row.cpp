@@ -55,6 +55,7 @@ GenOutcome generate_measured(Context& ctx, const Tokenizer& tok, StreamingExpert
   gp.drafter = drafter;
   gp.depth.k_max = in.draft_max;
   gp.depth.adaptive = true;
+  if (ex && ex->withheld_bytes() > 0) gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
   GenOutcome g;
   const bool progress = !in.progress_prefix.empty();
   int n = 0;
@@ -122,10 +123,16 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
   if (!plan.resident) {
     so.schedule = plan.schedule;
     so.io_mode = plan.io;
-    const BudgetPlan bp = plan_budget(*model, plan.mem, n_ctx, 256, StreamingExperts::slot_bytes_for(*model, plan.io),
-                                      drafter ? drafter->resident_bytes() : 0);
+    const uint64_t slot = StreamingExperts::slot_bytes_for(*model, plan.io);
+    const BudgetPlan bp = plan_budget(*model, plan.mem, n_ctx, 256, slot, drafter ? drafter->resident_bytes() : 0);
     so.cache_bytes = bp.cache;
     m.cache_bytes = bp.cache;
+    if (drafter && drafter->resident_bytes() > 0) {
+      // As les run does: the drafter's share of the cache is withheld (never touched) rather than
+      // missing, and goes in use if the depth controller gives speculation up and frees the drafter.
+      so.cache_bytes = plan_budget(*model, plan.mem, n_ctx, 256, slot, 0).cache;
+      so.withheld_bytes = so.cache_bytes - bp.cache;
+    }
     if (plan.oracle) {
       // The recording run: same prompt and generation, so the same routing (logits are
       // identical across schedules). Its cache is freed before the measured run's is made.
@@ -170,6 +177,7 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
   m.spec_rounds = g.st.spec.rounds;
   m.spec_drafted = g.st.spec.drafted;
   m.spec_accepted = g.st.spec.accepted;
+  m.spec_released_at = g.st.spec.released_at;
   return m;
 }
 

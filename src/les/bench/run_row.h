@@ -55,9 +55,10 @@ struct RunMeasure {
   uint64_t bytes_read = 0, bytes_wasted = 0;           // expert bytes read; prefetched and never used
   double stall_s = 0;                                  // waiting for reads inside layers
   uint64_t io_bytes = 0, io_busy_us = 0;               // the I/O engine's bytes and busy time
-  uint64_t cache_bytes = 0;                            // the expert cache this budget left
+  uint64_t cache_bytes = 0;                            // the expert cache this budget left (at the start)
   uint64_t expert_bytes_total = 0;                     // every routed expert of the file
   int32_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
+  int32_t spec_released_at = -1;                       // speculation given up after this many tokens (-1: not)
   int decode_tokens() const { return n_generated > 1 ? n_generated - 1 : 0; }
 };
 static_assert(std::is_trivially_copyable_v<RunMeasure>);

@@ -606,8 +606,10 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       r.drafted_per_round = col(s, [](const RunMeasure& m) {
         return m.spec_rounds ? static_cast<double>(m.spec_drafted) / m.spec_rounds : kNaN;
       });
+      r.gave_up_at = col(s, [](const RunMeasure& m) { return m.spec_released_at >= 0 ? m.spec_released_at : kNaN; });
+      for (const RunMeasure& m : s.runs) r.gave_up += m.spec_released_at >= 0 ? 1 : 0;
     } else {
-      r.accepted_per_round = r.acceptance = r.drafted_per_round = kNaN;
+      r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
     }
     const double disk = s.plan.resident ? kNaN
                         : s.plan.file == o.model ? rep.disk_mbs_original
@@ -626,7 +628,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       r.decode_tps = r.prefill_tps = r.vs_baseline = r.vs_prev = r.hit = r.prepared = r.mib_per_token = kNaN;
       r.used_mb_per_token = r.disk_busy_mbs = r.stall_pct = r.peak_rss_mib = r.load_s = r.ttft_s = kNaN;
       r.ceiling_tps = r.of_ceiling = r.oracle_tps = r.of_oracle = r.cache_share = kNaN;
-      r.accepted_per_round = r.acceptance = r.drafted_per_round = kNaN;
+      r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
       continue;
     }
     if (r.oracle_tps == 0) r.oracle_tps = kNaN;
@@ -663,8 +665,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                                o.oracle_depth, o.oracle_depth == 1 ? "" : "s"));
   }
   if (spec_runs && drafter_kind != "oracle") {
-    rep.notes.push_back("+speculation: the drafter's resident bytes count against the same budget, so that row's "
-                        "expert cache is smaller (column cache).");
+    rep.notes.push_back("+speculation: the drafter's resident bytes count against the same budget: that share of "
+                        "the expert cache is withheld (column cache: what is in use at the start) and goes in use "
+                        "if the depth controller gives speculation up and frees the drafter, as in les run.");
   }
   rep.notes.push_back(strfmt("Published staging (the ratios in column 'published'): baseline %.2f, +lookahead %.2f, "
                              "+load optimization %.2f, +mixed precision %.2f, +speculation %.2f tok/s.",

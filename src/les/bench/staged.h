@@ -65,6 +65,8 @@ struct RowResult {
   double cache_share = 0;       // the share of this file's expert bytes the cache holds
   // spec: per verification (a plain step counts as one), draft tokens proposed and kept; kept / proposed
   double drafted_per_round = 0, accepted_per_round = 0, acceptance = 0;
+  int gave_up = 0;              // spec: counted runs in which the depth controller gave speculation up
+  double gave_up_at = 0;        // ... median token at which it did (NaN: never)
   uint64_t hash = 0;            // final logits hash (first counted repeat)
   int hash_group = 0;           // 0: the original weights, 1: the mixed file
   std::vector<double> decode_per_rep;
