@@ -14,6 +14,14 @@
 
 namespace les {
 
+void KvBuffer::allocate(size_t n_floats) {
+  n_ = n_floats;
+  buf_ = storage::AlignedBuffer(std::max<size_t>(n_floats, 1) * sizeof(float), 64);
+  // A large buffer is a fresh anonymous mapping (zeros, faulted in on first write); a small one
+  // comes from the allocator and is zeroed here.
+  if (buf_.capacity() < storage::AlignedBuffer::kHugeBufferBytes) std::memset(buf_.data(), 0, buf_.capacity());
+}
+
 Context::Context(const Model& model, const ContextParams& p, ExpertSource* experts)
     : model_(model), cfg_(model.config()), experts_(experts), pool_(std::max(1, p.n_threads)) {
   if (!experts_) {
@@ -41,9 +49,9 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     throw Error(strfmt("a context of %d positions needs a KV cache larger than 2^60 bytes (lower the context size)", n_ctx_));
   }
   try {
-    k_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()), 0.0f);
-    v_cache_.assign(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()), 0.0f);
-  } catch (const std::bad_alloc&) {
+    k_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()));
+    v_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()));
+  } catch (const std::exception&) {  // std::bad_alloc, or les::Error from a failed mapping
     throw Error(strfmt("cannot allocate the KV cache: %.1f MiB for a context of %d positions (lower the context size)",
                        static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
   }

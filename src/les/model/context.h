@@ -39,6 +39,18 @@ using LayerObserver = std::function<void(int layer, const char* name, const floa
 using MatmulInputObserver =
     std::function<void(const std::string& tensor, int expert, const float* x, int64_t n_rows, int64_t n_in)>;
 
+// A zero-filled float array on storage::AlignedBuffer (lazily faulted in when large).
+class KvBuffer {
+ public:
+  void allocate(size_t n_floats);
+  float* data() { return reinterpret_cast<float*>(buf_.data()); }
+  size_t size() const { return n_; }
+
+ private:
+  storage::AlignedBuffer buf_;
+  size_t n_ = 0;
+};
+
 class Context {
  public:
   // experts: where routed experts come from; null = resident (the mapped file).
@@ -121,7 +133,10 @@ class Context {
   int n_past_ = 0;
   int n_outputs_ = 0;
 
-  std::vector<float> k_cache_, v_cache_;  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v]
+  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v], zeros. Large ones are anonymous mappings whose
+  // pages are taken as positions are written (a 4096-token cache of a 48-layer model is 768 MiB:
+  // touching it all up front cost seconds of page faults before the first token).
+  KvBuffer k_cache_, v_cache_;
   std::vector<int> kv_slot_;   // [n_layer]: KV cache slot of an attention layer, -1 for recurrent
   std::vector<int> rec_slot_;  // [n_layer]: recurrent state slot of a DeltaNet layer, else -1
   std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)

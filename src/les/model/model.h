@@ -11,6 +11,7 @@
 #include "les/model/config.h"
 #include "les/model/weights.h"
 #include "les/pack/pack_format.h"
+#include "les/storage/io.h"
 #include "les/util/mapped_file.h"
 
 namespace les {
@@ -62,7 +63,7 @@ class Model {
   ModelWeights w_;
   std::optional<pack::PackInfo> pack_;
   MappedFile file_;                 // resident mode
-  std::vector<uint8_t> dense_arena_; // streaming mode: dense tensors, 64-byte aligned each
+  storage::AlignedBuffer dense_arena_;  // streaming mode: dense tensors, each at a 4 KiB boundary + its block offset
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors
   std::map<std::string, std::vector<uint8_t>> replaced_;  // replace_tensor's buffers
   uint64_t dense_bytes_ = 0;

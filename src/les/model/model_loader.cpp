@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <set>
@@ -350,39 +351,47 @@ bool is_routed_expert_tensor(const std::string& name) {
 
 // Reads every non-expert tensor into one arena (64-byte aligned slices), then drops the file's
 // pages from the page cache: the dense part is resident in our own memory, nothing else is.
-void read_dense_tensors(const std::string& path, const gguf::File& f, std::vector<uint8_t>& arena,
+// Streaming mode: the dense tensors into one arena, each at a 4 KiB boundary plus its offset in
+// its first file block, read with direct I/O in chunks of at most 64 MiB (the page cache is never
+// filled; a file system that refuses O_DIRECT gets buffered reads, dropped from the page cache
+// after). The arena is populated before the reads (huge pages where the kernel grants them).
+void read_dense_tensors(const std::string& path, const gguf::File& f, storage::AlignedBuffer& arena,
                         std::map<std::string, size_t>& where) {
+  struct Piece {
+    const gguf::TensorInfo* t;
+    storage::AlignedExtent ext;
+    size_t at;  // the extent's position in the arena
+  };
+  std::vector<Piece> pieces;
   size_t total = 0;
   for (const auto& t : f.tensors) {
     if (is_routed_expert_tensor(t.name)) continue;
-    where[t.name] = total;
-    total += (t.n_bytes + 63) & ~size_t(63);
+    const storage::AlignedExtent ext = storage::align_extent(f.data_offset + t.offset, t.n_bytes);
+    pieces.push_back(Piece{&t, ext, total});
+    where[t.name] = total + static_cast<size_t>(ext.skip);
+    total += static_cast<size_t>(ext.length);
   }
-  arena.assign(total + 64, 0);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(strfmt("%s: cannot open: %s", path.c_str(), std::strerror(errno)));
-  for (const auto& t : f.tensors) {
-    auto it = where.find(t.name);
-    if (it == where.end()) continue;
-    uint8_t* dst = arena.data() + it->second;
-    uint64_t off = f.data_offset + t.offset;
-    size_t left = t.n_bytes;
-    while (left > 0) {
-      const ssize_t r = ::pread(fd, dst, left, static_cast<off_t>(off));
-      if (r < 0 && errno == EINTR) continue;
+  arena = storage::AlignedBuffer(std::max<size_t>(total, storage::kDirectIoAlign));
+  arena.populate(0, arena.capacity());
+  const std::shared_ptr<storage::ReadFile> file = storage::open_direct(path);
+  constexpr size_t kChunk = size_t{64} << 20;
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.ext.file_offset < y.ext.file_offset; });
+  for (const Piece& pc : pieces) {
+    // Bytes of the extent the tensor needs (the aligned tail may lie past the end of the file).
+    const uint64_t need = pc.ext.skip + pc.t->n_bytes;
+    uint64_t done = 0;
+    while (done < need) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, pc.ext.length - done));
+      const int64_t r = file->read_at(arena.data() + pc.at + done, n, pc.ext.file_offset + done);
       if (r <= 0) {
-        const int e = errno;
-        ::close(fd);
-        throw Error(strfmt("%s: reading tensor '%s' at offset %llu failed: %s", path.c_str(), t.name.c_str(),
-                           static_cast<unsigned long long>(off), r == 0 ? "unexpected end of file" : std::strerror(e)));
+        throw Error(strfmt("%s: reading tensor '%s' at offset %llu failed: %s", path.c_str(), pc.t->name.c_str(),
+                           static_cast<unsigned long long>(pc.ext.file_offset + done),
+                           r == 0 ? "unexpected end of file" : std::strerror(static_cast<int>(-r))));
       }
-      dst += r;
-      off += static_cast<uint64_t>(r);
-      left -= static_cast<size_t>(r);
+      done += static_cast<uint64_t>(r);
     }
   }
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
+  if (!file->direct()) file->drop_cache(0, file->size());
 }
 
 }  // namespace

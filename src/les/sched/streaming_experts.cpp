@@ -121,7 +121,8 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
     // otherwise land on the first reads into each slot, inside the token loop); withheld slots
     // stay untouched (not resident) until release_withheld().
     const int active = cp.n_slots - withheld_[c];
-    std::memset(slots_[pools_[c].first].data, 0, static_cast<size_t>(active) * cp.slot_bytes);
+    arena_.populate(static_cast<size_t>(slots_[pools_[c].first].data - arena_.data()),
+                    static_cast<size_t>(active) * cp.slot_bytes);
     stats_.slot_classes.emplace_back(cp.slot_bytes, active);
   }
   reset_pools();

@@ -73,7 +73,7 @@ struct StreamingOptions {
   std::shared_ptr<RoutingOracle> oracle;
   bool oracle_record = false;
   int oracle_depth = 1;
-  double prefetch_budget = 1.5; // per-token prefetch bytes at most this x (k x n_layer x expert)
+  double prefetch_budget = 1.5; // per pass, prefetch bytes at most this x (k x n_layer x expert) x its positions (<= 8)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
   storage::IoMode io_mode = storage::IoMode::uring;
   int queue_depth = 8;
@@ -288,7 +288,8 @@ class StreamingExperts final : public ExpertSource {
   uint64_t clock_ = 0;                        // access clock for the policy
   uint64_t step_ = 0;                         // layers processed (protection epochs)
   int64_t oracle_step_ = -1;                  // forward calls started (RoutingOracle steps)
-  uint64_t token_prefetch_bytes_ = 0;         // prefetch bytes issued for the current token
+  uint64_t token_prefetch_bytes_ = 0;         // prefetch bytes issued for the current pass
+  int64_t pass_tokens_ = 1;                   // positions of the current pass (its layer 0's n_tok)
   uint64_t prefetch_budget_bytes_ = 0;
   // Predictions per target layer (made while the layer before computes): keys in priority order,
   // and per expert 0 = not predicted, 1 = in the raw top k, 2 = in the raw top k+m.

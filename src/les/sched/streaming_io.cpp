@@ -150,7 +150,10 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
     }
     return true;
   }
-  if (token_prefetch_bytes_ + eb > prefetch_budget_bytes_) return false;
+  // The budget is per position: a pass over n <= 8 positions (a verification batch) needs the
+  // union of their experts, up to n times one token's.
+  const uint64_t budget = prefetch_budget_bytes_ * static_cast<uint64_t>(std::clamp<int64_t>(pass_tokens_, 1, 8));
+  if (token_prefetch_bytes_ + eb > budget) return false;
   if (throttled(guess)) {
     ++ls.prefetch_throttled;
     return true;  // later guesses may be better ones

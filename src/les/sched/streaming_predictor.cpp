@@ -23,6 +23,7 @@ namespace les {
 void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n_tok) {
   if (layer == 0) {
     stats_.tokens += static_cast<uint64_t>(n_tok);
+    pass_tokens_ = n_tok;
     ++oracle_step_;
   }
   drain(false, 0);

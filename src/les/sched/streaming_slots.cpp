@@ -120,7 +120,7 @@ uint64_t StreamingExperts::release_withheld() {
     SlotPool& pool = pools_[c];
     const size_t begin = pool.first + static_cast<size_t>(cp.n_slots - withheld_[c]);
     const size_t end = pool.first + static_cast<size_t>(cp.n_slots);
-    std::memset(slots_[begin].data, 0, (end - begin) * cp.slot_bytes);  // take the pages now
+    arena_.populate(static_cast<size_t>(slots_[begin].data - arena_.data()), (end - begin) * cp.slot_bytes);
     for (size_t i = end; i > begin; --i) pool.free.push_back(static_cast<int>(i - 1));
     // A policy's capacity is fixed at construction: a new one for the larger pool, told about
     // what is resident (in slot order; the recency it had is lost once).

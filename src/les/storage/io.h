@@ -76,12 +76,21 @@ class AlignedBuffer {
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
   size_t alignment() const { return alignment_; }
+  // Makes [offset, offset + length) resident now, as zeros (its page faults happen here, not at
+  // its first use). Buffers of kHugeBufferBytes or more are anonymous mappings on a 2 MiB boundary
+  // with transparent huge pages requested (madvise), so this takes one fault per 2 MiB where the
+  // kernel grants them.
+  void populate(size_t offset, size_t length);
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kHugeBufferBytes = size_t{32} << 20;
 
  private:
+  void release();
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t capacity_ = 0;
   size_t alignment_ = 0;
+  bool mapped_ = false;  // mmap'd (large) rather than posix_memalign'd
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 // Backend-independent parts of the I/O engine: alignment helpers, the priority queue and request
 // bookkeeping, the exact-read state machine, the worker-thread engine and the factory.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -33,6 +35,26 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) {
   size_ = size;
   capacity_ = static_cast<size_t>(align_up(size, alignment));
   if (capacity_ == 0) return;
+  if (capacity_ >= kHugeBufferBytes && alignment <= kHugePage) {
+    // Large: anonymous memory on a 2 MiB boundary, transparent huge pages asked for (one page
+    // fault per 2 MiB instead of per 4 KiB when it is first touched; populate() touches it).
+    const size_t span = capacity_ + kHugePage;
+    void* m = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      throw Error(strfmt("AlignedBuffer: cannot map %zu bytes: %s", capacity_, std::strerror(errno)));
+    }
+    const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+    const uintptr_t start = (base + kHugePage - 1) / kHugePage * kHugePage;
+    if (start > base) ::munmap(m, start - base);
+    const uintptr_t end = start + capacity_, map_end = base + span;
+    if (map_end > end) ::munmap(reinterpret_cast<void*>(end), map_end - end);
+    data_ = reinterpret_cast<uint8_t*>(start);
+    mapped_ = true;
+#ifdef MADV_HUGEPAGE
+    ::madvise(data_, capacity_, MADV_HUGEPAGE);  // advisory: without THP, 4 KiB pages
+#endif
+    return;
+  }
   void* p = nullptr;
   const int rc = posix_memalign(&p, alignment, capacity_);
   if (rc != 0) {
@@ -42,21 +64,50 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) {
   data_ = static_cast<uint8_t*>(p);
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+void AlignedBuffer::release() {
+  if (mapped_) {
+    ::munmap(data_, capacity_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  mapped_ = false;
+}
+
+AlignedBuffer::~AlignedBuffer() { release(); }
+
+void AlignedBuffer::populate(size_t offset, size_t length) {
+  LES_ASSERT(offset <= capacity_ && length <= capacity_ - offset);
+  if (length == 0) return;
+#ifdef MADV_POPULATE_WRITE
+  // Page-aligned interior in one call (the kernel zero-fills each page once, no second write);
+  // the unaligned edges, and kernels without it, by writing zeros.
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data_ + offset), e = b + length;
+  const uintptr_t pb = (b + 4095) / 4096 * 4096, pe = e / 4096 * 4096;
+  if (pe > pb && ::madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_POPULATE_WRITE) == 0) {
+    std::memset(data_ + offset, 0, pb - b);
+    std::memset(reinterpret_cast<void*>(pe), 0, e - pe);
+    return;
+  }
+#endif
+  std::memset(data_ + offset, 0, length);
+}
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
       capacity_(std::exchange(o.capacity_, 0)),
-      alignment_(std::exchange(o.alignment_, 0)) {}
+      alignment_(std::exchange(o.alignment_, 0)),
+      mapped_(std::exchange(o.mapped_, false)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release();
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     capacity_ = std::exchange(o.capacity_, 0);
     alignment_ = std::exchange(o.alignment_, 0);
+    mapped_ = std::exchange(o.mapped_, false);
   }
   return *this;
 }
