@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
       if (st.spec.released_at >= 0) {
         std::printf("  %s %s: speculation given up after %d tokens of this run, drafter released (%.1f MiB)%s\n",
                     mem.c_str(), kind.label.c_str(), st.spec.released_at, st.spec.released_bytes / 1048576.0,
-                    ex && ex->withheld_bytes() == 0 && !is_resident ? ", its slots now in the expert cache" : "");
+                    ex && st.spec.released_bytes > 0 && ex->withheld_bytes() == 0 ? ", its slots now in the expert cache" : "");
       }
       return r;
     };
