@@ -252,7 +252,10 @@ int main(int argc, char** argv) {
       gp.depth.k_max = kind.k;
       gp.depth.adaptive = !kind.fixed;
       gp.depth_state = dc;
-      if (ex && ex->withheld_bytes() > 0) gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+      if (ex && ex->withheld_bytes() > 0) {
+        gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+        gp.drafter_cache_share = ex->withheld_share();
+      }
       Result r;
       auto bytes = [&] {
         if (!ex) return uint64_t{0};

@@ -561,3 +561,31 @@ TEST(SpecRelease, AReleasedDrafterFreesItsMemoryAndTheOutputStaysExact) {
   EXPECT_EQ(st2.spec.drafted, 0);
   EXPECT_EQ(calls, 1);
 }
+
+TEST(SpecRelease, WithheldMemoryRaisesTheBarForSpeculation) {
+  // Speculation that gains about 20% over a plain step (acceptance 0.6 at k = 1, a 2-position pass
+  // costing 1.3 steps) is chosen when the drafter withholds nothing, and not when it withholds a
+  // third of the expert cache (plain steps on the full cache would gain more), where it is given up.
+  auto run = [](double memory_cost) {
+    DepthParams dp;
+    dp.k_max = 1;
+    DepthController c(dp);
+    c.set_memory_cost(memory_cost);
+    Rng rng(5);
+    int spec = 0;
+    for (int r = 0; r < 400 && !c.gave_up(); ++r) {
+      const int k = c.choose();
+      const int acc = k > 0 && rng.uniform() < 0.6 ? 1 : 0;
+      c.record_verify(k + 1, k > 0 ? 1.3 : 1.0);
+      c.record_round(k, acc);
+      if (r >= 100) spec += k > 0;
+    }
+    return std::make_pair(spec, c.gave_up());
+  };
+  const auto free_memory = run(0.0);
+  EXPECT_GT(free_memory.first, 200);
+  EXPECT_FALSE(free_memory.second);
+  const auto withheld = run(0.33);
+  EXPECT_LT(withheld.first, 10);
+  EXPECT_TRUE(withheld.second);
+}

@@ -162,6 +162,7 @@ int cmd_run(int argc, char** argv) {
     if (so.withheld_bytes > 0) {
       StreamingExperts* ex = experts.get();
       gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+      gp.drafter_cache_share = ex->withheld_share();
     }
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
   } else {

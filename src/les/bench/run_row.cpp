@@ -55,7 +55,10 @@ GenOutcome generate_measured(Context& ctx, const Tokenizer& tok, StreamingExpert
   gp.drafter = drafter;
   gp.depth.k_max = in.draft_max;
   gp.depth.adaptive = true;
-  if (ex && ex->withheld_bytes() > 0) gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+  if (ex && ex->withheld_bytes() > 0) {
+    gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
+    gp.drafter_cache_share = ex->withheld_share();
+  }
   GenOutcome g;
   const bool progress = !in.progress_prefix.empty();
   int n = 0;

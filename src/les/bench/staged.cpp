@@ -611,10 +611,14 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     } else {
       r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
     }
-    const double disk = s.plan.resident ? kNaN
-                        : s.plan.file == o.model ? rep.disk_mbs_original
-                        : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
-                                                                  : rep.disk_mbs_packed;
+    const double probe = s.plan.resident ? kNaN
+                         : s.plan.file == o.model ? rep.disk_mbs_original
+                         : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
+                                                                   : rep.disk_mbs_packed;
+    // The larger of the probe's bandwidth and the one the row's own reads had while busy: a 1 s
+    // probe can fall on a slow spell of a throttled (virtual) disk, and a ceiling below what the
+    // row itself got from the disk would not bound it.
+    const double disk = std::isnan(probe) ? probe : std::max(probe, std::isnan(r.disk_busy_mbs) ? 0.0 : r.disk_busy_mbs);
     r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, disk * 1e6, compute_s[s.group]);
     r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
   }
@@ -648,8 +652,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                       "the file it streams; peak RSS, load time and time to first token are that process's own "
                       "(wait4). TTFT = load + prefill + first token.");
   rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
-                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (direct "
-                             "I/O, queue depth %d); t_compute = %.2f ms per token, %s%s. The +speculation row's "
+                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (the larger "
+                             "of a probe with direct I/O at queue depth %d and the row's own reads while busy); t_compute = %.2f ms per token, %s%s. The +speculation row's "
                              "compute term is plain decoding's, so speculation can pass 100%%.",
                              kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str(),
                              mixed_runs ? strfmt("; for the mixed file's rows %.2f ms per token (%s)",

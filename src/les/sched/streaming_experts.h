@@ -179,6 +179,7 @@ class StreamingExperts final : public ExpertSource {
   // put in use (0 if none were withheld).
   uint64_t release_withheld();
   uint64_t withheld_bytes() const;
+  double withheld_share() const;  // withheld bytes / the arena's bytes
   int active_slots() const;  // slots in use (n_slots() less the withheld ones)
   int n_slots() const { return static_cast<int>(slots_.size()); }
   const std::vector<SlotClassPlan>& slot_classes() const { return class_plan_; }

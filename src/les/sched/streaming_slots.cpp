@@ -111,6 +111,10 @@ uint64_t StreamingExperts::withheld_bytes() const {
   return b;
 }
 
+double StreamingExperts::withheld_share() const {
+  return arena_.size() ? static_cast<double>(withheld_bytes()) / static_cast<double>(arena_.size()) : 0.0;
+}
+
 uint64_t StreamingExperts::release_withheld() {
   const uint64_t released = withheld_bytes();
   if (released == 0) return 0;

@@ -28,6 +28,8 @@ struct GenerateParams {
   // Called once if the depth controller gives speculation up and the drafter is released, with
   // the bytes it freed (e.g. to put the expert cache's withheld slots in use).
   std::function<void(uint64_t bytes)> on_drafter_released;
+  // The share of the expert cache withheld for the drafter until it is released (0: none).
+  double drafter_cache_share = 0;
   float draft_p_min = 0.0f;   // cut a draft at the first token the drafter's confidence puts below this
 };
 

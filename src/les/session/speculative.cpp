@@ -29,6 +29,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   for (int32_t t : prompt) sampler.accept(t);
   // A drafter released by an earlier request (the controller outlived it) is not used again.
   if (!drafter.released()) drafter.attach(ctx);
+  depth.set_memory_cost(drafter.released() ? 0.0 : p.drafter_cache_share);
 
   double t0 = now_s();
   const int pos_prompt = ctx.n_past();
@@ -80,6 +81,7 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
       ss.released_at = st.n_generated;
       ss.released_bytes = drafter.release();
       if (p.on_drafter_released) p.on_drafter_released(ss.released_bytes);
+      depth.set_memory_cost(0);
     }
     k = std::min(k, ctx.n_ctx() - ctx.n_past() - 1);            // the batch must fit the context
     if (p.n_predict >= 0) k = std::min(k, p.n_predict - st.n_generated - 1);  // never past -n

@@ -75,7 +75,7 @@ int DepthController::choose(const std::vector<float>* confidence) {
   // Speculation must beat a plain step by a margin: the estimates are noisy, and a depth that
   // only ties costs memory traffic and drafting for nothing.
   int best = 0, second = -1;
-  double best_rate = p_.margin / t1, second_rate = -1;
+  double best_rate = p_.margin * (1.0 + memory_cost_) / t1, second_rate = -1;
   for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
     const double tv = verify_seconds(k + 1);
     const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);

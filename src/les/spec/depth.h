@@ -48,6 +48,11 @@ class DepthController {
 
   // Whether speculation was given up (choose() then always returns 0).
   bool gave_up() const { return gave_up_; }
+  // The share of the expert cache the drafter's memory withholds while it is held (0 when
+  // resident or released). Plain steps on the full cache would be faster than the plain steps this
+  // controller measures, by up to about this share, so speculation must also beat that:
+  // a depth k > 0 needs margin x (1 + share) over a measured plain step.
+  void set_memory_cost(double cache_share) { memory_cost_ = cache_share > 0 ? cache_share : 0; }
 
   double acceptance(int pos) const;          // a_pos (1-based), measured with a prior
   double expected_tokens(int k, const std::vector<float>* confidence = nullptr) const;
@@ -64,6 +69,7 @@ class DepthController {
   std::vector<double> acc_n_, acc_d_;         // per position: accepted / drafted counts
   int rounds_since_probe_ = 0;
   int lost_probes_ = 0;                       // probes in a row after which plain steps still won
+  double memory_cost_ = 0;
   bool gave_up_ = false;
   int probe_interval_ = 24;
 };
