@@ -34,7 +34,8 @@ StreamingOptions slow_disk_opts(const Model& m, const std::vector<uint8_t>& byte
   StreamingOptions o = opts(m, Schedule::lookahead, storage::IoMode::fake, 128);
   o.file = storage::make_memory_file(bytes, "tiny-moe (slow disk)", 4096);
   o.queue_depth = 1;
-  o.io.fake.latency = std::chrono::microseconds(1500);
+  // Slow enough that the disk stays busy even when a loaded (sanitized, parallel) run computes slowly.
+  o.io.fake.latency = std::chrono::microseconds(4000);
   return o;
 }
 
