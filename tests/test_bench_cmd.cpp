@@ -24,17 +24,7 @@ using namespace les;
 using namespace les::bench;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using les::test::kSanitized;
 
 TEST(BenchStats, MedianOfOddEvenAndMissing) {
   EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);

@@ -25,17 +25,7 @@ using les::test::ScopedDir;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using les::test::kSanitized;
 
 // vm.overcommit_memory: 0 heuristic (refuses a mapping larger than RAM + swap), 1 always, 2 never.
 int overcommit_mode() {

@@ -15,6 +15,19 @@
 
 namespace les::test {
 
+// Built with ASan or TSan (gcc's macros, clang's __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline bool file_exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
