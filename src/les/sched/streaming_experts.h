@@ -66,6 +66,9 @@ struct StreamingOptions {
   // becomes a stall, and the disk was never saturated enough for wrong ones to cost as much).
   bool throttle = false;
   double throttle_factor = 0.5;  // the throttle's threshold is this x the disk's busy fraction
+  // >= 0: the throttle takes this as the disk's busy fraction instead of measuring it (tests and
+  // experiments that must not depend on how fast this machine computes beside the disk).
+  double fixed_disk_busy = -1;
   // Replay a recorded routing as a perfect guess (a benchmark instrument, routing_oracle.h):
   // the lookahead schedule then prefetches the recorded selection of the next oracle_depth
   // layers (1 .. n_layer-1; the next step's first layers included) instead of the router's

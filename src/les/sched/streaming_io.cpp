@@ -177,7 +177,8 @@ bool StreamingExperts::prefetch_one(cache::ExpertKey key, int layer, int guess) 
 
 bool StreamingExperts::throttled(int guess) {
   if (!opt_.throttle || guess_n_[guess] < 8) return false;  // too few outcomes to judge
-  if (guess_hit_[guess] / guess_n_[guess] >= opt_.throttle_factor * disk_busy_) return false;
+  const double busy = opt_.fixed_disk_busy >= 0 ? opt_.fixed_disk_busy : disk_busy_;
+  if (guess_hit_[guess] / guess_n_[guess] >= opt_.throttle_factor * busy) return false;
   // Let every 8th one through so that the source's precision keeps being measured.
   return ++guess_skips_[guess] % 8 != 0;
 }
