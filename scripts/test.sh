@@ -23,11 +23,16 @@ if command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(
     (cd tools/llamacpp-ref && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --no-audit --no-fund --ignore-scripts >/dev/null) \
       || echo "test: node-llama-cpp could not be installed; live llama.cpp comparisons will skip"
   fi
+  if [ ! -d tools/js-harness/node_modules/openai ]; then
+    echo "test: installing the server and chat-template test harness (openai, @huggingface/jinja) from npm"
+    (cd tools/js-harness && npm ci --no-audit --no-fund --ignore-scripts >/dev/null) \
+      || echo "test: the js harness could not be installed; the openai-client and load tests will skip"
+  fi
 else
-  echo "test: Node.js >= 20 not found; live llama.cpp comparisons will skip"
+  echo "test: Node.js >= 20 not found; live llama.cpp comparisons and the node-driven server tests will skip"
 fi
 
-mark "llama.cpp reference (npm)"
+mark "npm (llama.cpp reference, js harness)"
 
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
 mark "Release tests"

@@ -25,6 +25,8 @@ const Command kCommands[] = {
     {"verify", les::cli::cmd_verify, "check a packed model's structure and every expert's checksum"},
     {"perplexity", les::cli::cmd_perplexity, "perplexity on a text; KL divergence against a base model or logits file"},
     {"imatrix", les::cli::cmd_imatrix, "compute an importance matrix over a text (llama.cpp's imatrix format)"},
+    {"serve", les::cli::cmd_serve, "an OpenAI-compatible HTTP server (chat and text completions, streamed or not)"},
+    {"chat", les::cli::cmd_chat, "an interactive chat in the terminal (the model's chat template, streamed replies)"},
     {"bench", les::cli::cmd_bench, "the published staging (baseline -> +lookahead -> ... -> +speculation) on this machine"},
 };
 

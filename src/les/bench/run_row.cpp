@@ -8,12 +8,10 @@
 #include <cstring>
 #include <memory>
 
-#include "les/model/context.h"
-#include "les/sched/budget.h"
-#include "les/session/generate.h"
-#include "les/spec/make_drafter.h"
+#include "les/engine/engine.h"
+#include "les/gguf/gguf.h"
+#include "les/model/config.h"
 #include "les/spec/oracle_drafter.h"
-#include "les/tokenizer/tokenizer.h"
 #include "les/util/error.h"
 
 namespace les::bench {
@@ -46,23 +44,16 @@ struct GenOutcome {
   double first_token_t = 0;
 };
 
-GenOutcome generate_measured(Context& ctx, const Tokenizer& tok, StreamingExperts* ex, Drafter* drafter,
-                             const RunInputs& in, std::vector<int32_t>* generated) {
-  GenerateParams gp;
-  gp.n_predict = in.n_gen;
-  gp.sampling.temp = 0;
-  gp.stop_at_eog = false;
-  gp.drafter = drafter;
-  gp.depth.k_max = in.draft_max;
-  gp.depth.adaptive = true;
-  if (ex && ex->withheld_bytes() > 0) {
-    gp.on_drafter_released = [ex](uint64_t) { ex->release_withheld(); };
-    gp.drafter_cache_share = ex->withheld_share();
-  }
+GenOutcome generate_measured(Engine& engine, const RunInputs& in, std::vector<int32_t>* generated) {
+  EngineRequest req;
+  req.n_predict = in.n_gen;
+  req.sampling.temp = 0;
+  req.stop_at_eog = false;
   GenOutcome g;
+  const StreamingExperts* ex = engine.experts();
   const bool progress = !in.progress_prefix.empty();
   int n = 0;
-  g.st = generate(ctx, tok, in.prompt, gp, [&](int32_t id, const std::string&) {
+  req.on_token = [&](int32_t id) {
     if (n == 0) {
       g.first_token_t = now_s();
       g.first = snapshot(ex);
@@ -72,8 +63,8 @@ GenOutcome generate_measured(Context& ctx, const Tokenizer& tok, StreamingExpert
     if (progress && (n % 8 == 0 || n == in.n_gen)) {
       std::fprintf(stderr, "\r\033[K%s %d/%d tokens", in.progress_prefix.c_str(), n, in.n_gen);
     }
-    return true;
-  });
+  };
+  g.st = engine.generate(in.prompt, req, nullptr).stats;
   g.last = snapshot(ex);
   return g;
 }
@@ -97,68 +88,58 @@ void warm_page_cache(const std::string& path) {
 }
 
 RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<int32_t>* generated) {
-  if (plan.resident) warm_page_cache(plan.file);
-  else drop_page_cache(plan.file);
-  RunMeasure m;
-  const double t_start = now_s();
-  auto model = Model::load(plan.file, LoadOptions{.map_experts = plan.resident});
-  const ModelConfig& c = model->config();
-  Tokenizer tok(vocab_from_gguf(model->gguf()));
-  const int n_ctx = in.n_ctx();
-  for (int l = 0; l < c.n_layer; ++l) m.expert_bytes_total += model->expert_size(l) * static_cast<uint64_t>(c.n_expert);
-
-  std::unique_ptr<Drafter> drafter;
+  EngineOptions eo;
+  eo.model_path = plan.file;
+  eo.context = ContextParams{.n_ctx = in.n_ctx(), .n_threads = in.threads, .n_batch = 256};
+  eo.reuse_prefix = false;
+  eo.depth.k_max = in.draft_max;
+  eo.depth.adaptive = true;
   if (plan.drafter == "oracle") {
     if (in.recording.size() <= in.prompt.size()) throw Error("the oracle drafter has no recorded continuation");
-    drafter = std::make_unique<OracleDrafter>(in.recording, plan.acceptance, c.n_vocab, 17);
+    eo.drafter_factory = [&](const Model& m) -> std::unique_ptr<Drafter> {
+      return std::make_unique<OracleDrafter>(in.recording, plan.acceptance, m.config().n_vocab, 17);
+    };
   } else if (!plan.drafter.empty()) {
-    DrafterOptions o;
-    o.kind = plan.drafter;
-    o.draft_path = plan.drafter_path;
-    o.n_threads = in.threads;
-    o.n_ctx = n_ctx;
-    o.sampling.temp = 0;
-    drafter = make_drafter(o, *model);
+    eo.drafter.kind = plan.drafter;
+    eo.drafter.draft_path = plan.drafter_path;
+    eo.drafter.sampling.temp = 0;
   }
-
-  std::unique_ptr<StreamingExperts> ex;
-  StreamingOptions so;
   if (!plan.resident) {
-    so.schedule = plan.schedule;
-    so.io_mode = plan.io;
-    const uint64_t slot = StreamingExperts::slot_bytes_for(*model, plan.io);
-    const BudgetPlan bp = plan_budget(*model, plan.mem, n_ctx, 256, slot, drafter ? drafter->resident_bytes() : 0);
-    so.cache_bytes = bp.cache;
-    m.cache_bytes = bp.cache;
-    if (drafter && drafter->resident_bytes() > 0) {
-      // As les run does: the drafter's share of the cache is withheld (never touched) rather than
-      // missing, and goes in use if the depth controller gives speculation up and frees the drafter.
-      so.cache_bytes = plan_budget(*model, plan.mem, n_ctx, 256, slot, 0).cache;
-      so.withheld_bytes = so.cache_bytes - bp.cache;
-    }
+    eo.mem = plan.mem;
+    eo.streaming.schedule = plan.schedule;
+    eo.streaming.io_mode = plan.io;
     if (plan.oracle) {
-      // The recording run: same prompt and generation, so the same routing (logits are
-      // identical across schedules). Its cache is freed before the measured run's is made.
-      so.oracle = std::make_shared<RoutingOracle>(c.n_layer);
-      so.oracle_depth = plan.oracle_depth;
-      StreamingOptions rec = so;
-      rec.schedule = Schedule::ondemand;
-      rec.oracle_record = true;
+      // The recording run: same prompt and generation, so the same routing (logits are identical
+      // across schedules), by an engine of its own that is gone before the measured one loads.
+      const int n_layer = config_from_gguf(gguf::read_file(plan.file), plan.file).n_layer;
+      eo.streaming.oracle = std::make_shared<RoutingOracle>(n_layer);
+      eo.streaming.oracle_depth = plan.oracle_depth;
+      EngineOptions rec = eo;
+      rec.streaming.schedule = Schedule::ondemand;
+      rec.streaming.oracle_record = true;
+      rec.drafter = DrafterOptions{};
+      rec.drafter_factory = nullptr;
+      drop_page_cache(plan.file);
       {
-        StreamingExperts rex(*model, rec);
-        Context ctx(*model, ContextParams{.n_ctx = n_ctx, .n_threads = in.threads}, &rex);
+        Engine recorder(rec);
         RunInputs quiet = in;
         quiet.progress_prefix.clear();
-        generate_measured(ctx, tok, &rex, nullptr, quiet, nullptr);
+        generate_measured(recorder, quiet, nullptr);
       }
-      drop_page_cache(plan.file);
     }
-    ex = std::make_unique<StreamingExperts>(*model, so);
   }
-  Context ctx(*model, ContextParams{.n_ctx = n_ctx, .n_threads = in.threads}, ex.get());
+  if (plan.resident) warm_page_cache(plan.file);
+  else drop_page_cache(plan.file);
+
+  RunMeasure m;
+  const double t_start = now_s();
+  Engine engine(eo);
+  const ModelConfig& c = engine.model().config();
+  for (int l = 0; l < c.n_layer; ++l) m.expert_bytes_total += engine.model().expert_size(l) * static_cast<uint64_t>(c.n_expert);
+  m.cache_bytes = engine.budget().cache;
   m.load_s = now_s() - t_start;
 
-  const GenOutcome g = generate_measured(ctx, tok, ex.get(), drafter.get(), in, generated);
+  const GenOutcome g = generate_measured(engine, in, generated);
   m.ttft_s = g.first_token_t - t_start;
   m.prompt_s = g.st.prompt_seconds;
   m.gen_s = g.st.gen_seconds;

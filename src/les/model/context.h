@@ -76,6 +76,8 @@ class Context {
   int n_outputs() const { return n_outputs_; }
 
   int n_past() const { return n_past_; }
+  // The tokens at positions [0, n_past()).
+  std::span<const int32_t> tokens() const { return {tokens_.data(), static_cast<size_t>(n_past_)}; }
   int n_ctx() const { return n_ctx_; }
   // Forgets positions >= n (rollback of rejected tokens); 0 resets. With recurrent (DeltaNet)
   // layers the state is restored from the snapshot taken at the start of the last eval (or

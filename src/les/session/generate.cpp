@@ -34,6 +34,8 @@ GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int
   if (p.drafter) return generate_speculative(ctx, tok, prompt, p, on_token);
   const int n_vocab = ctx.model().config().n_vocab;
   Sampler sampler(p.sampling);
+  // The penalty window sees the whole text: what the context already holds, then the prompt.
+  for (int32_t t : ctx.tokens()) sampler.accept(t);
   for (int32_t t : prompt) sampler.accept(t);
 
   double t0 = now_s();

@@ -69,7 +69,8 @@ struct GenerateStats {
 // Called with each generated token and its text; return false to stop.
 using TokenCallback = std::function<bool(int32_t id, const std::string& piece)>;
 
-// Evaluates the prompt (must fit the context: throws les::Error otherwise) and generates; with
+// Evaluates the prompt after what ctx already holds (must fit the context: throws les::Error
+// otherwise; the penalty window sees the held tokens too) and generates; with
 // p.drafter, speculatively: at temperature 0 the tokens and the final logits are bit-identical to
 // plain decoding; with sampling the tokens follow the same distribution.
 GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int32_t>& prompt,

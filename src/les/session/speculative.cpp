@@ -26,6 +26,8 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
   ss.chosen_k.assign(static_cast<size_t>(k_max) + 1, 0);
 
   Sampler sampler(p.sampling);
+  // The penalty window sees the whole text: what the context already holds, then the prompt.
+  for (int32_t t : ctx.tokens()) sampler.accept(t);
   for (int32_t t : prompt) sampler.accept(t);
   // A drafter released by an earlier request (the controller outlived it) is not used again.
   if (!drafter.released()) drafter.attach(ctx);

@@ -1,0 +1,121 @@
+// The library-level engine: one model with its tokenizer, context, expert streaming, drafter and
+// chat template, configured once from EngineOptions, with one generate call that streams text to a
+// callback and can be cancelled. `les run`, `les chat` and `les serve` use it; no front end wires
+// these parts by hand.
+//
+// Not thread-safe: one generate at a time (the server queues requests in front of it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "les/model/context.h"
+#include "les/sched/budget.h"
+#include "les/sched/streaming_experts.h"
+#include "les/session/generate.h"
+#include "les/spec/make_drafter.h"
+#include "les/tokenizer/tokenizer.h"
+
+namespace les {
+
+class ChatTemplate;
+
+struct EngineOptions {
+  std::string model_path;
+  // Hard memory budget in bytes: dense weights resident, experts streamed through a cache sized by
+  // plan_budget. 0: the whole model mapped in memory (experts resident).
+  uint64_t mem = 0;
+  // With mem: the schedule, I/O mode, policy, prefetch knobs (cache_bytes and withheld_bytes are
+  // set by the engine from the budget).
+  StreamingOptions streaming;
+  ContextParams context;   // n_ctx 0: the model's training context, at most 4096
+  // Speculative decoding: drafter.kind "none" or empty = plain decoding. n_threads, n_ctx and
+  // sampling are filled in by the engine.
+  DrafterOptions drafter;
+  // Builds the drafter instead of `drafter` when set (benchmark instruments such as the oracle
+  // drafter); may return null.
+  std::function<std::unique_ptr<Drafter>(const Model&)> drafter_factory;
+  DepthParams depth;
+  float draft_p_min = 0.0f;
+  // Reuse the KV cache for the prefix a prompt shares with the previous request (plain decoding
+  // only: with a drafter every request starts from an empty context).
+  bool reuse_prefix = true;
+};
+
+struct EngineRequest {
+  int n_predict = -1;              // tokens to generate at most (< 0: until end of generation or context)
+  SamplerParams sampling;
+  bool stop_at_eog = true;
+  std::vector<std::string> stop;   // stop strings: generation ends before the first one (not in the text)
+  const std::atomic<bool>* cancel = nullptr;  // set from any thread: generation stops at the next token
+  std::function<void(int32_t id)> on_token;   // every generated token, before its text (measurements)
+};
+
+struct EngineResult {
+  GenerateStats stats;
+  std::string text;               // everything the callback was given
+  std::vector<int32_t> tokens;    // the generated tokens
+  int n_prompt = 0;               // the whole prompt's tokens
+  int n_reused = 0;               // of which taken from the previous request's KV cache
+  int n_generated = 0;            // tokens generated (a stop string's tokens included)
+  // "stop" (end of generation token or a stop string), "length" (n_predict or the context's end),
+  // "cancelled" (the cancel flag or the callback).
+  std::string finish_reason;
+};
+
+// Called with each new piece of text: whole UTF-8 characters, never a prefix of a stop string that
+// may still complete. Return false to stop (finish_reason "cancelled").
+using TextCallback = std::function<bool(std::string_view text)>;
+
+class Engine {
+ public:
+  // Loads the model and builds everything. Throws les::Error (bad file, budget too small, bad
+  // drafter, bad chat template).
+  explicit Engine(EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Evaluates the prompt (throws les::Error when it does not fit the context) and generates.
+  EngineResult generate(std::span<const int32_t> prompt, const EngineRequest& req, const TextCallback& on_text);
+
+  // Text -> tokens as `les run` does (the model's BOS rule; special tokens parsed when
+  // parse_special, e.g. for a rendered chat prompt).
+  std::vector<int32_t> tokenize(std::string_view text, bool parse_special) const;
+  // The model's chat template (tokenizer.chat_template, ChatML when it has none) applied to
+  // OpenAI-style messages, then tokenized. Throws les::Error for messages the template rejects.
+  std::string render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                          const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  std::vector<int32_t> tokenize_chat(const std::string& rendered) const;
+
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  const ChatTemplate& chat_template() const { return *chat_; }
+  StreamingExperts* experts() { return experts_.get(); }
+  const StreamingExperts* experts() const { return experts_.get(); }
+  const Drafter* drafter() const { return drafter_.get(); }
+  const BudgetPlan& budget() const { return plan_; }  // all zero without mem
+  int n_ctx() const { return ctx_->n_ctx(); }
+  const EngineOptions& options() const { return opts_; }
+
+ private:
+  EngineOptions opts_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<ChatTemplate> chat_;
+  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<DepthController> depth_;
+  std::unique_ptr<StreamingExperts> experts_;
+  std::unique_ptr<Context> ctx_;
+  BudgetPlan plan_;
+};
+
+}  // namespace les

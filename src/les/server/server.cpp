@@ -1,0 +1,325 @@
+#include "les/server/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "les/server/api_request.h"
+#include "les/server/api_response.h"
+#include "les/server/metrics.h"
+#include "les/server/request_queue.h"
+#include "les/util/error.h"
+
+namespace les::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A request validated and tokenized, waiting to run.
+struct Job {
+  CompletionRequest req;
+  std::vector<int32_t> prompt;
+  ResponseIdentity identity;
+  std::unique_ptr<RequestQueue::Ticket> ticket;
+  double t_enqueued = 0;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Engine& engine;
+  ServerOptions opts;
+  httplib::Server http;
+  RequestQueue queue;
+  Metrics metrics;
+  int port = -1;
+  std::atomic<bool> stopping{false};
+  std::mutex running_mu;
+  std::atomic<bool>* running_cancel = nullptr;  // the generation in progress, if any
+  std::atomic<double> mean_request_s{1.0};       // for Retry-After
+
+  Impl(Engine& e, ServerOptions o) : engine(e), opts(std::move(o)), queue(opts.max_waiting) {}
+
+  void reply_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status();
+    if (e.status() == 503) {
+      const int wait = std::clamp(static_cast<int>(std::ceil(mean_request_s.load() * (queue.waiting() + 1))), 1, 60);
+      res.set_header("Retry-After", std::to_string(wait));
+    }
+    res.set_content(dump_json(error_body(e)), "application/json");
+  }
+
+  void check_key(const httplib::Request& req) const {
+    if (opts.api_key.empty()) return;
+    const std::string want = "Bearer " + opts.api_key;
+    if (req.get_header_value("Authorization") != want) {
+      throw ApiError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'");
+    }
+  }
+
+  // Validates, applies the chat template, tokenizes and takes a place in line.
+  std::unique_ptr<Job> prepare(Endpoint e, const httplib::Request& hreq) {
+    check_key(hreq);
+    auto job = std::make_unique<Job>();
+    job->req = parse_completion_request(e, hreq.body);
+    CompletionRequest& r = job->req;
+    if (!r.model.empty() && r.model != opts.model_name) {
+      throw ApiError(404, strfmt("the model '%s' does not exist: this server serves '%s'", r.model.c_str(),
+                                 opts.model_name.c_str()), "model");
+    }
+    if (e == Endpoint::chat) {
+      std::string rendered;
+      try {
+        rendered = engine.render_chat(r.messages, true, r.template_kwargs);
+      } catch (const Error& err) {
+        throw ApiError(400, strfmt("the chat template rejected the messages: %s", err.what()), "messages");
+      }
+      job->prompt = engine.tokenize_chat(rendered);
+    } else if (r.prompt_is_tokens) {
+      const int32_t n_vocab = engine.tokenizer().n_tokens();
+      for (int32_t t : r.prompt_tokens) {
+        if (t >= n_vocab) throw ApiError(400, strfmt("token id %d is outside the vocabulary (%d tokens)", t, n_vocab), "prompt");
+      }
+      job->prompt = r.prompt_tokens;
+    } else {
+      job->prompt = engine.tokenize(r.prompt_text, true);
+    }
+    if (job->prompt.empty()) throw ApiError(400, "the prompt is empty", "prompt");
+    const int n_ctx = engine.n_ctx();
+    if (static_cast<int>(job->prompt.size()) >= n_ctx) {
+      throw ApiError(400, strfmt("the prompt has %zu tokens but the context holds %d: shorten it or start the "
+                                 "server with a larger --ctx-size", job->prompt.size(), n_ctx),
+                     e == Endpoint::chat ? "messages" : "prompt");
+    }
+    if (!r.seed_given) r.sampling.seed = std::random_device{}();
+    job->identity = new_identity(e, opts.model_name);
+    job->ticket = queue.try_enter();
+    if (!job->ticket) {
+      throw ApiError(503, strfmt("the server is busy: %d requests are waiting; retry later", opts.max_waiting));
+    }
+    job->t_enqueued = now_s();
+    return job;
+  }
+
+  // Runs a job whose turn has come; `write` sends bytes to the client (false: it is gone).
+  void run_job(Job& job, const std::function<bool(const std::string&)>& write) {
+    const CompletionRequest& r = job.req;
+    const Endpoint e = r.endpoint;
+    std::atomic<bool> cancel{false};
+    {
+      std::lock_guard<std::mutex> lk(running_mu);
+      running_cancel = &cancel;
+    }
+    if (stopping.load()) cancel.store(true);
+    GenerationRecord rec;
+    rec.queue_seconds = now_s() - job.t_enqueued;
+    EngineRequest er;
+    er.n_predict = r.max_tokens;
+    er.sampling = r.sampling;
+    er.stop_at_eog = !r.ignore_eos;
+    er.stop = r.stop;
+    er.cancel = &cancel;
+    double last_write = now_s();
+    if (r.stream && e == Endpoint::chat && !write(sse_event(role_chunk(job.identity)))) cancel.store(true);
+    const double t0 = now_s();
+    EngineResult res;
+    std::string error;
+    try {
+      res = engine.generate(job.prompt, er, [&](std::string_view text) {
+        bool ok = true;
+        if (r.stream) {
+          ok = write(sse_event(stream_chunk(e, job.identity, std::string(text))));
+          last_write = now_s();
+        } else if (now_s() - last_write >= opts.heartbeat_ms * 1e-3) {
+          ok = write(" ");  // JSON allows leading whitespace; a failed write means the client left
+          last_write = now_s();
+        }
+        if (!ok) cancel.store(true);
+        return ok;
+      });
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+    {
+      std::lock_guard<std::mutex> lk(running_mu);
+      running_cancel = nullptr;
+    }
+    const double took = now_s() - t0;
+    mean_request_s.store(0.8 * mean_request_s.load() + 0.2 * took);
+    rec.prompt_tokens = res.n_prompt;
+    rec.reused_tokens = res.n_reused;
+    rec.generated_tokens = res.n_generated;
+    rec.prompt_seconds = res.stats.prompt_seconds;
+    rec.generation_seconds = res.stats.gen_seconds;
+    rec.cancelled = cancel.load();
+    metrics.record_generation(rec);
+    if (const StreamingExperts* ex = engine.experts()) {
+      uint64_t cache_bytes = 0;
+      for (const auto& [bytes, slots] : ex->stats().slot_classes) cache_bytes += bytes * static_cast<uint64_t>(slots);
+      metrics.record_experts(ex->stats().total(), ex->stats().n_slots, cache_bytes);
+    }
+    if (cancel.load()) return;
+    if (!error.empty()) {
+      const ApiError err(500, "generation failed: " + error);
+      write(r.stream ? sse_event(error_body(err)) : dump_json(error_body(err)));
+      return;
+    }
+    Usage u;
+    u.prompt_tokens = res.n_prompt;
+    u.completion_tokens = res.n_generated;
+    u.cached_tokens = res.n_reused;
+    const std::string finish = res.finish_reason == "length" ? "length" : "stop";
+    if (r.stream) {
+      std::string tail = sse_event(stream_chunk(e, job.identity, "", finish, &u));
+      if (r.include_usage) tail += sse_event(usage_chunk(e, job.identity, u));
+      write(tail + "data: [DONE]\n\n");
+    } else {
+      write(dump_json(completion_response(e, job.identity, res.text, finish, u)));
+    }
+  }
+
+  void handle_completion(Endpoint e, const httplib::Request& hreq, httplib::Response& hres) {
+    std::shared_ptr<Job> job;
+    try {
+      job = prepare(e, hreq);
+    } catch (const ApiError& err) {
+      reply_error(hres, err);
+      return;
+    }
+    hres.status = 200;
+    if (job->req.stream) {
+      hres.set_header("Cache-Control", "no-cache");
+      hres.set_header("X-Accel-Buffering", "no");
+    }
+    const bool stream = job->req.stream;
+    hres.set_chunked_content_provider(
+        stream ? "text/event-stream" : "application/json",
+        [this, job, stream](size_t, httplib::DataSink& sink) {
+          const auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+          const bool turn = job->ticket->wait_turn([&] {
+            if (stopping.load()) return false;
+            return write(stream ? ": waiting\n\n" : " ");
+          }, opts.heartbeat_ms);
+          if (turn) run_job(*job, write);
+          job->ticket.reset();
+          sink.done();
+          return true;
+        },
+        [job](bool) { job->ticket.reset(); });
+  }
+
+  void routes() {
+    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) {
+      handle_completion(Endpoint::chat, q, s);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
+      handle_completion(Endpoint::completion, q, s);
+    });
+    http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& s) {
+      try {
+        check_key(q);
+      } catch (const ApiError& err) {
+        reply_error(s, err);
+        return;
+      }
+      const ModelConfig& c = engine.model().config();
+      json m = json::object();
+      m["id"] = opts.model_name;
+      m["object"] = "model";
+      m["created"] = static_cast<int64_t>(std::time(nullptr));
+      m["owned_by"] = "les";
+      m["meta"] = json{{"n_ctx", engine.n_ctx()}, {"n_vocab", c.n_vocab}, {"n_layer", c.n_layer},
+                       {"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
+                       {"memory_budget", engine.budget().total}};
+      s.set_content(dump_json(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    });
+    http.Get("/health", [](const httplib::Request&, httplib::Response& s) {
+      s.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& s) {
+      try {
+        check_key(q);
+      } catch (const ApiError& err) {
+        reply_error(s, err);
+        return;
+      }
+      s.set_content(metrics.render(queue.waiting(), queue.busy()), "text/plain; version=0.0.4");
+    });
+    http.set_error_handler([](const httplib::Request& q, httplib::Response& s) {
+      if (!s.body.empty()) return;  // already an API error
+      std::string msg = strfmt("HTTP %d", s.status);
+      if (s.status == 404) msg = strfmt("no such endpoint: %s %s", q.method.c_str(), q.path.c_str());
+      if (s.status == 413) msg = "the request body is too large";
+      if (s.status == 400) msg = "malformed HTTP request";
+      s.set_content(dump_json(error_body(ApiError(s.status, msg))), "application/json");
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& s, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      s.status = 500;
+      s.set_content(dump_json(error_body(ApiError(500, what))), "application/json");
+    });
+    http.set_logger([this](const httplib::Request& q, const httplib::Response& s) {
+      metrics.record_request(q.path, s.status);
+    });
+  }
+};
+
+Server::Server(Engine& engine, ServerOptions opts) : impl_(std::make_unique<Impl>(engine, std::move(opts))) {
+  Impl& m = *impl_;
+  const int threads = m.opts.max_waiting + 8;
+  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  m.http.set_payload_max_length(m.opts.max_body_bytes);
+  m.http.set_read_timeout(30, 0);
+  m.http.set_write_timeout(30, 0);
+  m.routes();
+  m.metrics.set_memory_budget(engine.budget().total);
+}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  Impl& m = *impl_;
+  if (m.opts.port == 0) {
+    m.port = m.http.bind_to_any_port(m.opts.host);
+  } else {
+    m.port = m.http.bind_to_port(m.opts.host, m.opts.port) ? m.opts.port : -1;
+  }
+  if (m.port < 0) {
+    throw Error(strfmt("cannot listen on %s:%d (address in use, or not an address of this machine)",
+                       m.opts.host.c_str(), m.opts.port));
+  }
+  return m.port;
+}
+
+void Server::run() {
+  if (impl_->port < 0) bind();
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  Impl& m = *impl_;
+  m.stopping.store(true);
+  {
+    std::lock_guard<std::mutex> lk(m.running_mu);
+    if (m.running_cancel) m.running_cancel->store(true);
+  }
+  m.http.stop();
+}
+
+}  // namespace les::server

@@ -1,0 +1,131 @@
+#include "engine_flags.h"
+
+#include "les/cache/policy.h"
+#include "les/util/error.h"
+
+namespace les::cli {
+
+std::vector<FlagSpec> with_flags(std::vector<FlagSpec> own, const std::vector<FlagSpec>& more) {
+  own.insert(own.end(), more.begin(), more.end());
+  return own;
+}
+
+std::vector<FlagSpec> engine_flag_specs() {
+  return {
+      {{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
+      {{"-t", "--threads"}, true, "threads (default 2)", "N"},
+      {{"-c", "--ctx-size"}, true, "context size (default: model's, at most 4096)", "N"},
+      {{"-b", "--batch-size"}, true, "prompt tokens per forward pass (default 256)", "N"},
+      {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"},
+      {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
+                        "through an expert cache (default: whole model mapped in memory)", "SIZE"},
+      {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},
+      {{"--io"}, true, "expert reads with --mem: uring (default), pread, naive (buffered + copy)", "MODE"},
+      {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
+                           "each also as NAME+pred (default lrfu+pred)", "NAME"},
+      {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 0)", "M"},
+      {{"--no-refine"}, false, "lookahead: do not re-predict the next layer's experts from this layer's output", ""},
+      {{"--no-refine-cancel"}, false, "lookahead: keep unstarted prefetches the refined prediction drops", ""},
+      {{"--measure-ahead2"}, false, "lookahead: also measure a two-layers-ahead prediction (statistics only)", ""},
+      {{"--throttle"}, false, "lookahead: skip guesses whose recent precision is below half the disk's busy fraction", ""},
+      {{"--prefetch-ahead2"}, false, "lookahead: also prefetch the two-layers-ahead guess into the disk's idle time (speculative reads; pays when compute and I/O are balanced, costs when the disk is the bottleneck)", ""},
+      {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
+      {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
+      {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
+      {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
+                                  "les pack); a mismatch is an error naming the layer and expert"},
+      {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), dspark (a DSpark/dflash "
+                         "block drafter reading the target's hidden states, --draft FILE), mtp (the model's own MTP head, qwen35moe), ngram (prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
+      {{"--draft", "-md"}, true, "the draft model (--spec draft) or DSpark drafter (--spec dspark)", "FILE"},
+      {{"--draft-max"}, true, "tokens drafted per round at most (default 6)", "N"},
+      {{"--draft-min"}, true, "a round drafts at least N tokens or none (default 0)", "N"},
+      {{"--draft-p-min"}, true, "cut a draft at the first token whose drafter confidence is below P (default 0)", "P"},
+      {{"--spec-fixed"}, false, "always draft --draft-max tokens (default: load-aware depth, chosen each round from "
+                                "measured acceptance and verification cost; 0 when speculation does not pay)"},
+  };
+}
+
+std::vector<FlagSpec> sampling_flag_specs() {
+  return {
+      {{"--temp"}, true, "temperature (default 0.8; 0 = greedy)", "T"},
+      {{"--top-k"}, true, "top-k sampling (default 40, 0 = off)", "K"},
+      {{"--top-p"}, true, "top-p sampling (default 0.95, 1 = off)", "P"},
+      {{"--min-p"}, true, "min-p sampling (default 0.05, 0 = off)", "P"},
+      {{"--repeat-penalty"}, true, "repetition penalty (default 1.0 = off)", "X"},
+      {{"--repeat-last-n"}, true, "tokens the penalty looks back (default 64)", "N"},
+      {{"-s", "--seed"}, true, "random seed (default 42): same seed, same output", "S"},
+  };
+}
+
+EngineOptions engine_options_from(const Args& a) {
+  EngineOptions o;
+  o.model_path = a.required("--model");
+  o.context.n_threads = static_cast<int>(a.i64("--threads", 2));
+  o.context.n_ctx = static_cast<int>(a.i64("--ctx-size", 0));
+  o.context.n_batch = static_cast<int>(a.i64("--batch-size", 256));
+  if (o.context.n_threads < 1 || o.context.n_threads > 256) throw Error("--threads must be in [1, 256]");
+  if (o.context.n_ctx < 0) throw Error("--ctx-size must be >= 0");
+  if (o.context.n_batch < 1) throw Error("--batch-size must be >= 1");
+
+  o.drafter.kind = a.str("--spec", "none");
+  o.drafter.draft_path = a.str("--draft", "");
+  if (o.drafter.kind != "none") {
+    o.depth.k_max = static_cast<int>(a.i64("--draft-max", 6));
+    o.depth.k_min = static_cast<int>(a.i64("--draft-min", 0));
+    o.depth.adaptive = !a.has("--spec-fixed");
+    o.draft_p_min = static_cast<float>(a.f64("--draft-p-min", 0.0));
+    if (o.depth.k_max < 1 || o.depth.k_max > 64) throw Error("--draft-max must be in [1, 64]");
+    if (o.depth.k_min < 0 || o.depth.k_min > o.depth.k_max) throw Error("--draft-min must be in [0, --draft-max]");
+    if (o.draft_p_min < 0 || o.draft_p_min > 1) throw Error("--draft-p-min must be in [0, 1]");
+  } else {
+    for (const char* f : {"--draft", "--draft-max", "--draft-min", "--draft-p-min", "--spec-fixed"}) {
+      if (a.has(f)) throw Error(strfmt("%s needs --spec", f));
+    }
+  }
+
+  if (a.has("--mem")) {
+    o.mem = parse_size(a.str("--mem"), "--mem");
+    if (o.mem == 0) throw Error("--mem must be more than 0");
+    StreamingOptions& so = o.streaming;
+    so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
+    so.io_mode = storage::parse_io_mode(a.str("--io", "uring"));
+    so.policy = a.str("--policy", cache::kDefaultPolicy);
+    so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
+    so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
+    so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
+    if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
+    so.verify_reads = a.has("--verify-reads");
+    so.refine = !a.has("--no-refine");
+    so.refine_cancel = !a.has("--no-refine-cancel");
+    so.measure_ahead2 = a.has("--measure-ahead2");
+    so.prefetch_ahead2 = a.has("--prefetch-ahead2");
+    so.throttle = a.has("--throttle");
+    if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
+    if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
+  } else {
+    for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
+                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2",
+                          "--prefetch-ahead2", "--throttle", "--verify-reads"}) {
+      if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
+    }
+  }
+  return o;
+}
+
+SamplerParams sampling_from(const Args& a) {
+  SamplerParams s;
+  s.temp = static_cast<float>(a.f64("--temp", 0.8));
+  s.top_k = static_cast<int>(a.i64("--top-k", 40));
+  s.top_p = static_cast<float>(a.f64("--top-p", 0.95));
+  s.min_p = static_cast<float>(a.f64("--min-p", 0.05));
+  s.repeat_penalty = static_cast<float>(a.f64("--repeat-penalty", 1.0));
+  s.repeat_last_n = static_cast<int>(a.i64("--repeat-last-n", 64));
+  s.seed = static_cast<uint64_t>(a.i64("--seed", 42));
+  if (s.top_p <= 0 || s.top_p > 1) throw Error("--top-p must be in (0, 1]");
+  if (s.min_p < 0 || s.min_p > 1) throw Error("--min-p must be in [0, 1]");
+  if (s.top_k < 0) throw Error("--top-k must be >= 0");
+  if (s.repeat_penalty <= 0) throw Error("--repeat-penalty must be > 0");
+  return s;
+}
+
+}  // namespace les::cli
