@@ -503,6 +503,7 @@ Value Interpreter::eval_for(const ForNode& n, const EnvPtr& env) {
     }
     const double k = static_cast<double>(i);
     Dict loop;
+    loop.reserve(9);
     loop.set("index", Value::integer(k + 1));
     loop.set("index0", Value::integer(k));
     loop.set("revindex", Value::integer(count - k));

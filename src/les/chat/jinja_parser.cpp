@@ -140,9 +140,7 @@ class Parser {
   NodeList parse_until(std::initializer_list<std::string_view> ends, const char* block) {
     NodeList body;
     while (!is_statement(ends)) {
-      if (cur_ >= toks_.size()) {
-        fail_at(cur_, strfmt("unterminated '%s' block: expected {%% %s %%}", block, ends.begin()->data()));
-      }
+      if (cur_ >= toks_.size()) fail_at(cur_, strfmt("unterminated '%s' block: expected {%% end%s %%}", block, block));
       body.push_back(parse_any());
     }
     return body;

@@ -42,6 +42,7 @@ class Dict {
   // Replaces the value of an existing key in place (keeping its position), else appends.
   void set(std::string key, Value v);
   bool erase(std::string_view key);
+  void reserve(size_t n) { items_.reserve(n); }
   size_t size() const { return items_.size(); }
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
 
