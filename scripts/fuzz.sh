@@ -13,7 +13,7 @@ BUILD=${LES_ASAN_BUILD:-build-asan}
 SECS=${FUZZ_SECONDS:-60}
 JOBS=${FUZZ_JOBS:-4}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf pack tokenizer imatrix)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf pack tokenizer imatrix jinja)
 OUT=$BUILD/fuzz-out
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

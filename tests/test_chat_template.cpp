@@ -293,6 +293,10 @@ TEST(Jinja, LimitsBoundRecursionLoopsAndSize) {
   e = error_of("{% set a = [1] %}{% for i in range(60) %}{% set a = [a, a] %}{% if loop.last %}{{ a|tojson }}{% endif %}{% endfor %}",
                {}, small);
   EXPECT_NE(e.find("longer than"), std::string::npos) << e;
+  // Values kept alive in arrays: bounded by the bytes built over the whole render.
+  small.max_total_bytes = 8 << 20;
+  e = error_of("{% set ns = namespace(a=[]) %}{% for i in range(900) %}{% set ns.a = ns.a + [ns.a] %}{% endfor %}", {}, small);
+  EXPECT_NE(e.find("max_total_bytes"), std::string::npos) << e;
   // A namespace that contains itself: an error (and no leak: namespaces are emptied afterwards).
   e = error_of("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns|tojson }}");
   EXPECT_NE(e.find("nested deeper than"), std::string::npos) << e;

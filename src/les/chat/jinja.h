@@ -30,6 +30,8 @@ struct RenderLimits {
   size_t max_array_size = size_t(1) << 20;     // elements of any one array (range(), +, ...)
   int max_depth = 256;                         // nesting of evaluation (macro recursion included)
   uint64_t max_steps = 10'000'000;             // evaluated nodes and loop iterations (~0.3 us each)
+  size_t max_total_bytes = size_t(256) << 20;  // strings and arrays built over the whole render
+                                               // (bounds memory: values can be kept in arrays)
 };
 
 // A parsed template. parse() throws les::Error naming line:column and what was expected.

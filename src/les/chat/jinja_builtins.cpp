@@ -121,10 +121,10 @@ Value str_split(const Interpreter& in, const std::string& s, const Args& args) {
       const size_t start = i;
       while (i < text.size() && !js::space_at(text, i)) i += js::decode_at(text, i).len;
       if (max != -1 && static_cast<double>(parts.size()) >= max) {
-        parts.push_back(Value::string(std::string(text.substr(start))));
+        parts.push_back(in.make_string(std::string(text.substr(start))));
         break;
       }
-      parts.push_back(Value::string(std::string(text.substr(start, i - start))));
+      parts.push_back(in.make_string(std::string(text.substr(start, i - start))));
       while (size_t n = js::space_at(text, i)) i += n;
     }
   } else {
@@ -152,7 +152,7 @@ Value str_split(const Interpreter& in, const std::string& s, const Args& args) {
       pieces.resize(k);
       pieces.push_back(std::move(rest));
     }
-    for (std::string& p : pieces) parts.push_back(Value::string(std::move(p)));
+    for (std::string& p : pieces) parts.push_back(in.make_string(std::move(p)));
   }
   return in.make_array(std::move(parts));
 }
@@ -195,17 +195,17 @@ std::optional<Value> string_member(const Interpreter& in, const Value& self, con
   const std::string& s = self.str();
   if (name == "length") return Value::integer(static_cast<double>(js::utf16_length(s)));
   // The methods keep the string alive through `self`.
-  if (name == "upper") return method([self](Interpreter&, Args&) { return Value::string(js::to_upper(self.str())); });
-  if (name == "lower") return method([self](Interpreter&, Args&) { return Value::string(js::to_lower(self.str())); });
-  if (name == "strip") return method([self](Interpreter&, Args&) { return Value::string(std::string(js::trim(self.str()))); });
+  if (name == "upper") return method([self](Interpreter& i, Args&) { return i.make_string(js::to_upper(self.str())); });
+  if (name == "lower") return method([self](Interpreter& i, Args&) { return i.make_string(js::to_lower(self.str())); });
+  if (name == "strip") return method([self](Interpreter& i, Args&) { return i.make_string(std::string(js::trim(self.str()))); });
   if (name == "lstrip") {
-    return method([self](Interpreter&, Args&) { return Value::string(std::string(js::trim_start(self.str()))); });
+    return method([self](Interpreter& i, Args&) { return i.make_string(std::string(js::trim_start(self.str()))); });
   }
   if (name == "rstrip") {
-    return method([self](Interpreter&, Args&) { return Value::string(std::string(js::trim_end(self.str()))); });
+    return method([self](Interpreter& i, Args&) { return i.make_string(std::string(js::trim_end(self.str()))); });
   }
-  if (name == "title") return method([self](Interpreter&, Args&) { return Value::string(title_case(self.str())); });
-  if (name == "capitalize") return method([self](Interpreter&, Args&) { return Value::string(capitalize(self.str())); });
+  if (name == "title") return method([self](Interpreter& i, Args&) { return i.make_string(title_case(self.str())); });
+  if (name == "capitalize") return method([self](Interpreter& i, Args&) { return i.make_string(capitalize(self.str())); });
   if (name == "startswith") return method([self](Interpreter&, Args& a) { return str_affix(self.str(), a, true); });
   if (name == "endswith") return method([self](Interpreter&, Args& a) { return str_affix(self.str(), a, false); });
   if (name == "split") return method([self](Interpreter& i, Args& a) { return str_split(i, self.str(), a); });
@@ -216,13 +216,13 @@ std::optional<Value> string_member(const Interpreter& in, const Value& self, con
 
 // ---- objects ----
 
-Value dict_items(const Value& self) {
+Value dict_items(const Interpreter& in, const Value& self) {
   Array items;
-  for (const auto& [k, v] : self.dict().items()) items.push_back(Value::array({Value::string(k), v}));
-  return Value::array(std::move(items));
+  for (const auto& [k, v] : self.dict().items()) items.push_back(in.make_array({Value::string(k), v}));
+  return in.make_array(std::move(items));
 }
 
-Value dict_dictsort(const Value& self, const Args& args) {
+Value dict_dictsort(const Interpreter& in, const Value& self, const Args& args) {
   Dict kw;
   Args positional;
   for (const Value& a : args) {
@@ -239,13 +239,13 @@ Value dict_dictsort(const Value& self, const Args& args) {
   if (by.str() != "key" && by.str() != "value") throw RuntimeError("by must be either 'key' or 'value'");
   const Value reverse = pick(positional, 2, kw, "reverse", Value::boolean(false));
   if (reverse.kind != Kind::Bool) throw RuntimeError("reverse must be a boolean");
-  Array items = dict_items(self).arr();
+  Array items = dict_items(in, self).arr();
   const size_t index = by.str() == "key" ? 0 : 1;
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     const int r = compare_values(a.arr()[index], b.arr()[index], case_sensitive.b);
     return (reverse.b ? -r : r) < 0;
   });
-  return Value::array(std::move(items));
+  return in.make_array(std::move(items));
 }
 
 std::optional<Value> object_member(const Value& self, const std::string& name) {
@@ -257,22 +257,22 @@ std::optional<Value> object_member(const Value& self, const std::string& name) {
       return a.size() > 1 ? a[1] : Value::none();
     });
   }
-  if (name == "items") return method([self](Interpreter&, Args&) { return dict_items(self); });
+  if (name == "items") return method([self](Interpreter& i, Args&) { return dict_items(i, self); });
   if (name == "keys") {
-    return method([self](Interpreter&, Args&) {
+    return method([self](Interpreter& i, Args&) {
       Array keys;
       for (const auto& kv : self.dict().items()) keys.push_back(Value::string(kv.first));
-      return Value::array(std::move(keys));
+      return i.make_array(std::move(keys));
     });
   }
   if (name == "values") {
-    return method([self](Interpreter&, Args&) {
+    return method([self](Interpreter& i, Args&) {
       Array values;
       for (const auto& kv : self.dict().items()) values.push_back(kv.second);
-      return Value::array(std::move(values));
+      return i.make_array(std::move(values));
     });
   }
-  if (name == "dictsort") return method([self](Interpreter&, Args& a) { return dict_dictsort(self, a); });
+  if (name == "dictsort") return method([self](Interpreter& i, Args& a) { return dict_dictsort(i, self, a); });
   return std::nullopt;
 }
 
@@ -325,12 +325,12 @@ Value filter_by_name(Interpreter& in, const Value& operand, const std::string& n
     if (name == "first") return a.empty() ? Value::undefined() : a.front();
     if (name == "last") return a.empty() ? Value::undefined() : a.back();
     if (name == "length") return Value::integer(static_cast<double>(a.size()));
-    if (name == "reverse") return Value::array(Array(a.rbegin(), a.rend()));
+    if (name == "reverse") return in.make_array(Array(a.rbegin(), a.rend()));
     if (name == "sort") {
       Array sorted = a;
       std::stable_sort(sorted.begin(), sorted.end(),
                        [](const Value& x, const Value& y) { return compare_values(x, y, false) < 0; });
-      return Value::array(std::move(sorted));
+      return in.make_array(std::move(sorted));
     }
     if (name == "join") {
       std::string out;
@@ -338,7 +338,7 @@ Value filter_by_name(Interpreter& in, const Value& operand, const std::string& n
         out += join_element(x, in.budget());
         in.check_size(out.size());
       }
-      return Value::string(std::move(out));
+      return in.make_string(std::move(out));
     }
     if (name == "string") return in.make_string(to_json(operand, JsonOptions{}, false, in.budget()));
     if (name == "unique") {
@@ -346,18 +346,18 @@ Value filter_by_name(Interpreter& in, const Value& operand, const std::string& n
       for (const Value& x : a) {
         if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return same_value_zero(x, y); })) out.push_back(x);
       }
-      return Value::array(std::move(out));
+      return in.make_array(std::move(out));
     }
     throw RuntimeError("Unknown ArrayValue filter: " + name);
   }
   if (operand.is_string()) {
     const std::string& s = operand.str();
     if (name == "length") return Value::integer(static_cast<double>(js::utf16_length(s)));
-    if (name == "upper") return Value::string(js::to_upper(s));
-    if (name == "lower") return Value::string(js::to_lower(s));
-    if (name == "title") return Value::string(title_case(s));
-    if (name == "capitalize") return Value::string(capitalize(s));
-    if (name == "trim") return Value::string(std::string(js::trim(s)));
+    if (name == "upper") return in.make_string(js::to_upper(s));
+    if (name == "lower") return in.make_string(js::to_lower(s));
+    if (name == "title") return in.make_string(title_case(s));
+    if (name == "capitalize") return in.make_string(capitalize(s));
+    if (name == "trim") return in.make_string(std::string(js::trim(s)));
     if (name == "indent") return in.make_string(indent_lines(s, 4, false, false));
     if (name == "join" || name == "string") return operand;
     if (name == "int") {
@@ -374,11 +374,11 @@ Value filter_by_name(Interpreter& in, const Value& operand, const std::string& n
     if (name == "abs") return operand.kind == Kind::Int ? Value::integer(std::fabs(operand.num)) : Value::floating(std::fabs(operand.num));
     if (name == "int") return Value::integer(std::floor(operand.num));
     if (name == "float") return Value::floating(operand.num);
-    if (name == "string") return Value::string(to_output(operand, in.budget()));
+    if (name == "string") return in.make_string(to_output(operand, in.budget()));
     throw RuntimeError("Unknown NumericValue filter: " + name);
   }
   if (operand.is_object()) {
-    if (name == "items") return dict_items(operand);
+    if (name == "items") return dict_items(in, operand);
     if (name == "length") return Value::integer(static_cast<double>(operand.dict().size()));
     if (const auto b = object_member(operand, name)) {
       Args none;
@@ -390,7 +390,7 @@ Value filter_by_name(Interpreter& in, const Value& operand, const std::string& n
     if (name == "bool") return operand;
     if (name == "int") return Value::integer(operand.b ? 1 : 0);
     if (name == "float") return Value::floating(operand.b ? 1 : 0);
-    if (name == "string") return Value::string(operand.b ? "true" : "false");
+    if (name == "string") return in.make_string(operand.b ? "true" : "false");
     throw RuntimeError("Unknown BooleanValue filter: " + name);
   }
   cannot_apply(name, operand);
@@ -424,7 +424,7 @@ Value filter_tojson(Interpreter& in, const Value& operand, const Dict& kw) {
   return in.make_string(to_json(operand, o, true, in.budget()));
 }
 
-Value filter_sort(const Value& operand, const Args& args, const Dict& kw) {
+Value filter_sort(const Interpreter& in, const Value& operand, const Args& args, const Dict& kw) {
   const Value reverse = pick(args, 0, kw, "reverse", Value::boolean(false));
   if (reverse.kind != Kind::Bool) throw RuntimeError("reverse must be a boolean");
   const Value case_sensitive = pick(args, 1, kw, "case_sensitive", Value::boolean(false));
@@ -442,7 +442,7 @@ Value filter_sort(const Value& operand, const Args& args, const Dict& kw) {
     const int r = compare_values(key(a), key(b), case_sensitive.b);
     return (reverse.b ? -r : r) < 0;
   });
-  return Value::array(std::move(sorted));
+  return in.make_array(std::move(sorted));
 }
 
 Value filter_selectattr(Interpreter& in, const Value& operand, const std::string& name, const CallNode& call,
@@ -467,10 +467,10 @@ Value filter_selectattr(Interpreter& in, const Value& operand, const std::string
     if (a) result = test ? *run_test(test->str(), *a, value) : truthy(*a);
     if (result == select) out.push_back(item);
   }
-  return Value::array(std::move(out));
+  return in.make_array(std::move(out));
 }
 
-Value filter_map(const Value& operand, const Dict& kw) {
+Value filter_map(const Interpreter& in, const Value& operand, const Dict& kw) {
   const Value* attr = kwarg(kw, "attribute");
   if (!attr) throw RuntimeError("`map` expressions without `attribute` set are not currently supported.");
   if (!attr->is_string()) throw RuntimeError("attribute must be a string");
@@ -481,7 +481,7 @@ Value filter_map(const Value& operand, const Dict& kw) {
     const Value v = attribute_path(item, attr->str());
     out.push_back(v.is_undefined() && def ? *def : v);
   }
-  return Value::array(std::move(out));
+  return in.make_array(std::move(out));
 }
 
 Value filter_indent(Interpreter& in, const Value& operand, const Args& args, const Dict& kw) {
@@ -494,7 +494,7 @@ Value filter_indent(Interpreter& in, const Value& operand, const Args& args, con
   const Value blank = pick(args, 2, kw, "blank", Value::boolean(false));
   const size_t lines = static_cast<size_t>(std::count(operand.str().begin(), operand.str().end(), '\n')) + 1;
   in.check_size(operand.str().size() + lines * static_cast<size_t>(width.num));
-  return Value::string(indent_lines(operand.str(), static_cast<size_t>(width.num), raw_truthy(first), raw_truthy(blank)));
+  return in.make_string(indent_lines(operand.str(), static_cast<size_t>(width.num), raw_truthy(first), raw_truthy(blank)));
 }
 
 Value filter_call(Interpreter& in, const Value& operand, const CallNode& call, const EnvPtr& env) {
@@ -522,7 +522,7 @@ Value filter_call(Interpreter& in, const Value& operand, const CallNode& call, c
       out += parts[i];
       in.check_size(out.size());
     }
-    return Value::string(std::move(out));
+    return in.make_string(std::move(out));
   }
   if (name == "int" || name == "float") {
     const bool is_int = name == "int";
@@ -548,12 +548,12 @@ Value filter_call(Interpreter& in, const Value& operand, const CallNode& call, c
   if (operand.is_array()) {
     if (name == "sort") {
       const auto [args, kw] = in.eval_args(call.args, env);
-      return filter_sort(operand, args, kw);
+      return filter_sort(in, operand, args, kw);
     }
     if (name == "selectattr" || name == "rejectattr") return filter_selectattr(in, operand, name, call, env);
     if (name == "map") {
       const auto [args, kw] = in.eval_args(call.args, env);
-      return filter_map(operand, kw);
+      return filter_map(in, operand, kw);
     }
     throw RuntimeError("Unknown ArrayValue filter: " + name);
   }
@@ -614,7 +614,7 @@ Value global_range(Interpreter& in, Args& args) {
   } else {
     for (double i = start; i > stop; i += step) push(i);
   }
-  return Value::array(std::move(out));
+  return in.make_array(std::move(out));
 }
 
 Value global_namespace(Interpreter& in, Args& args) {

@@ -56,8 +56,17 @@ void Interpreter::check_size(size_t bytes) const {
   }
 }
 
+void Interpreter::charge(size_t bytes) const {
+  charged_ += bytes;
+  if (charged_ > limits_.max_total_bytes) {
+    throw Error(strfmt("jinja: render built more than %zu bytes of strings and arrays (RenderLimits::max_total_bytes)",
+                       limits_.max_total_bytes));
+  }
+}
+
 Value Interpreter::make_string(std::string s) const {
   check_size(s.size());
+  charge(s.size());
   return Value::string(std::move(s));
 }
 
@@ -65,6 +74,7 @@ Value Interpreter::make_array(Array a, Kind kind) const {
   if (a.size() > limits_.max_array_size) {
     throw RuntimeError(strfmt("array longer than %zu elements (RenderLimits::max_array_size)", limits_.max_array_size));
   }
+  charge(a.size() * sizeof(Value));
   return Value::array(std::move(a), kind);
 }
 
@@ -104,12 +114,14 @@ std::string Interpreter::eval_block(const NodeList& body, const EnvPtr& env) {
     const Value v = eval(*stmt, env);
     if (v.is_undefined() || v.is_none()) continue;
     try {
+      const size_t before = out.size();
       if (v.is_string()) {
         out += v.str();
       } else {
         out += to_output(v, budget_);
       }
       check_size(out.size());
+      charge(out.size() - before);
     } catch (const RuntimeError& e) {
       throw_at(*stmt, e);
     }
@@ -302,8 +314,8 @@ Value Interpreter::eval_slice(const Value& object, const SliceNode& n, const Env
       items.push_back(object.arr()[k]);
     }
   }
-  if (object.is_string()) return Value::string(std::move(text));
-  return Value::array(std::move(items));
+  if (object.is_string()) return make_string(std::move(text));
+  return make_array(std::move(items));
 }
 
 Value Interpreter::eval_call(const CallNode& n, const EnvPtr& env) {
@@ -528,6 +540,7 @@ Value Interpreter::eval_for(const ForNode& n, const EnvPtr& env) {
   }
   if (no_iteration) out += eval_block(n.else_body, scope);
   check_size(out.size());
+  charge(items.size() * sizeof(Value));
   return Value::string(std::move(out));
 }
 

@@ -57,6 +57,8 @@ class Interpreter {
   Value make_array(Array a, Kind kind = Kind::Array) const;
   Value make_namespace(Dict d);
   void check_size(size_t bytes) const;
+  // Counts bytes of new strings and arrays against RenderLimits::max_total_bytes.
+  void charge(size_t bytes) const;
   const TextBudget& budget() const { return budget_; }
   const RenderLimits& limits() const { return limits_; }
 
@@ -79,6 +81,7 @@ class Interpreter {
   TextBudget budget_;
   int depth_ = 0;
   uint64_t steps_ = 0;
+  mutable size_t charged_ = 0;
   std::vector<std::weak_ptr<Dict>> namespaces_;
 };
 

@@ -212,7 +212,7 @@ void bind_macro_args(Interpreter& in, const std::string& display_name, const Nod
   if (special.varargs) {
     Array rest;
     for (size_t i = params.size(); i < args.size(); ++i) rest.push_back(args[i]);
-    scope->set("varargs", Value::array(std::move(rest)));
+    scope->set("varargs", in.make_array(std::move(rest)));
   } else if (args.size() > params.size()) {
     throw RuntimeError(strfmt("macro %s takes not more than %zu argument(s)", display_name.c_str(), params.size()));
   }

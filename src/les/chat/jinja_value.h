@@ -35,22 +35,7 @@ struct Value;
 using Array = std::vector<Value>;
 using EnvPtr = std::shared_ptr<Env>;
 
-// An insertion-ordered string map (a JavaScript Map).
-class Dict {
- public:
-  const Value* find(std::string_view key) const;
-  // Replaces the value of an existing key in place (keeping its position), else appends.
-  void set(std::string key, Value v);
-  bool erase(std::string_view key);
-  void reserve(size_t n) { items_.reserve(n); }
-  size_t size() const { return items_.size(); }
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-
- private:
-  void reindex();
-  std::vector<std::pair<std::string, Value>> items_;
-  std::unordered_map<std::string, size_t> index_;  // kept once there are many keys
-};
+class Dict;
 
 // A builtin function or a macro: arguments (keyword arguments, if any, as a trailing KwArgs value)
 // and the caller's scope.
@@ -95,6 +80,23 @@ struct Value {
   bool is_array() const { return kind == Kind::Array || kind == Kind::Tuple; }    // instanceof ArrayValue
   bool is_object() const { return kind == Kind::Object || kind == Kind::KwArgs; }  // instanceof ObjectValue
   bool is_attr_container() const { return is_object() || kind == Kind::Namespace; }
+};
+
+// An insertion-ordered string map (a JavaScript Map).
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  // Replaces the value of an existing key in place (keeping its position), else appends.
+  void set(std::string key, Value v);
+  bool erase(std::string_view key);
+  void reserve(size_t n) { items_.reserve(n); }
+  size_t size() const { return items_.size(); }
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+
+ private:
+  void reindex();
+  std::vector<std::pair<std::string, Value>> items_;
+  std::unordered_map<std::string, size_t> index_;  // kept once there are many keys
 };
 
 // @huggingface/jinja's type name ("StringValue", ...), as its error messages print them.
