@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <locale.h>
 
 namespace les::jinja::js {
 
@@ -364,15 +365,15 @@ size_t decimal_prefix(std::string_view s) {
   return i;
 }
 
-double to_double(std::string_view text) {
-  const std::string str(text);
-  if (str.find("Infinity") != std::string::npos) {
-    return str[0] == '-' ? -HUGE_VAL : HUGE_VAL;
-  }
-  return std::strtod(str.c_str(), nullptr);
-}
-
 }  // namespace
+
+double decimal_to_double(std::string_view text) {
+  const std::string str(text);
+  if (str.find("Infinity") != std::string::npos) return str[0] == '-' ? -HUGE_VAL : HUGE_VAL;
+  // strtod follows LC_NUMERIC; the "C" locale reads '.' whatever the process set.
+  static const locale_t c_locale = newlocale(LC_ALL_MASK, "C", nullptr);
+  return strtod_l(str.c_str(), nullptr, c_locale);
+}
 
 double parse_int(std::string_view s) {
   s = trim_start(s);
@@ -381,7 +382,7 @@ double parse_int(std::string_view s) {
   const size_t start = i;
   while (i < s.size() && is_digit(s[i])) ++i;
   if (i == start) return NAN;
-  return to_double(s.substr(0, i));
+  return decimal_to_double(s.substr(0, i));
 }
 
 double parse_float(std::string_view s) {
@@ -389,7 +390,7 @@ double parse_float(std::string_view s) {
   const size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
   const size_t n = decimal_prefix(s.substr(sign));
   if (n == 0) return NAN;
-  return to_double(s.substr(0, sign + n));
+  return decimal_to_double(s.substr(0, sign + n));
 }
 
 double string_to_number(std::string_view s) {
@@ -413,7 +414,7 @@ double string_to_number(std::string_view s) {
   const size_t sign = (s[0] == '+' || s[0] == '-') ? 1 : 0;
   const size_t n = decimal_prefix(s.substr(sign));
   if (n == 0 || sign + n != s.size()) return NAN;
-  return to_double(s);
+  return decimal_to_double(s);
 }
 
 void append_quoted(std::string& out, std::string_view s, bool ensure_ascii) {

@@ -53,6 +53,9 @@ std::string float_to_string(double v);
 // parseInt(s, 10) and parseFloat(s); NaN when no number starts the string.
 double parse_int(std::string_view s);
 double parse_float(std::string_view s);
+// A decimal literal ([+-]digits[.digits][e[+-]digits], or [+-]Infinity) to the nearest double,
+// independent of the C locale.
+double decimal_to_double(std::string_view text);
 // ToNumber(string), as `==` uses it: whole string, trimmed; "" -> 0; hex/octal/binary prefixes.
 double string_to_number(std::string_view s);
 

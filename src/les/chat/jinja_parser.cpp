@@ -3,11 +3,11 @@
 // left-associative chains), + - ~, * / // %, ** (left-associative), `is` tests, `|` filters,
 // unary + -, calls and member access, primaries.
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
 #include <set>
 
 #include "les/chat/jinja_ast.h"
+#include "les/chat/jinja_js.h"
 #include "les/chat/jinja_lexer.h"
 #include "les/util/error.h"
 
@@ -617,7 +617,7 @@ class Parser {
       case Tok::NumericLiteral: {
         const bool is_float = t.value.find('.') != std::string::npos;
         auto n = make<NumberNode>(at, is_float ? NodeKind::FloatLiteral : NodeKind::IntegerLiteral);
-        n->value = std::strtod(t.value.c_str(), nullptr);
+        n->value = js::decimal_to_double(t.value);
         return n;
       }
       case Tok::StringLiteral: {
