@@ -41,7 +41,7 @@ if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
   bash scripts/test-sanitizers.sh asan
   mark "ASan+UBSan build + tests"
   bash scripts/fuzz.sh
-  mark "fuzzing (4 targets)"
+  mark "fuzzing (6 targets)"
   bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
 fi

@@ -112,10 +112,16 @@ EngineResult Engine::generate(std::span<const int32_t> prompt, const EngineReque
   };
   const std::vector<int32_t> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(keep), prompt.end());
   r.stats = les::generate(*ctx_, *tok_, suffix, gp, [&](int32_t id, const std::string& piece) {
+    // A cancel that came while this token was computed drops it: nothing after the request to stop
+    // is shown (the token was computed, so it is counted).
     ++r.n_generated;
+    if (req.cancel && req.cancel->load(std::memory_order_relaxed)) {
+      cancelled = true;
+      return false;
+    }
     r.tokens.push_back(id);
     if (req.on_token) req.on_token(id);
-    if (!emit(stream.push(piece)) || (req.cancel && req.cancel->load(std::memory_order_relaxed))) {
+    if (!emit(stream.push(piece))) {
       cancelled = true;
       return false;
     }

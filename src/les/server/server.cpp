@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "les/server/api_request.h"
 #include "les/server/api_response.h"
@@ -308,8 +309,21 @@ int Server::bind() {
 }
 
 void Server::run() {
-  if (impl_->port < 0) bind();
-  impl_->http.listen_after_bind();
+  Impl& m = *impl_;
+  if (m.port < 0) bind();
+  // The listener returns on stop() and also when accept() fails for reasons other than too many
+  // open files (e.g. a connection aborted before it was accepted): then listen again on the same
+  // port rather than let one client's reset end the server.
+  for (int attempt = 0; !m.stopping.load(); ++attempt) {
+    m.http.listen_after_bind();
+    if (m.stopping.load()) return;
+    std::fprintf(stderr, "les serve: the listener stopped unexpectedly; listening again on port %d\n", m.port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+    if (!m.http.bind_to_port(m.opts.host, m.port)) {
+      if (m.stopping.load()) return;
+      throw Error(strfmt("lost the listening socket on %s:%d and cannot bind it again", m.opts.host.c_str(), m.port));
+    }
+  }
 }
 
 void Server::stop() {
