@@ -7,6 +7,7 @@
 #include "les/model/context.h"
 #include "les/sched/budget.h"
 #include "les/sched/streaming_experts.h"
+#include "les/storage/expert_layout.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
 #include "greedy_hashes.h"
@@ -269,6 +270,62 @@ TEST(Streaming, FaultsAreRetriedOrReported) {
       EXPECT_NE(msg.find("layer"), std::string::npos) << msg;
     }
   }
+}
+
+// Read shaping: an expert read as aligned chunks in flight at once lands in its slot exactly as
+// one read does, on every backend, with short and interrupted reads; an EIO inside one chunk is
+// retried, then reported naming the layer and expert. A chunk that is not a multiple of the
+// file's alignment is refused.
+TEST(Streaming, ChunkedReadsAreBitIdenticalOnEveryBackend) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  auto resident = Model::load(tiny_moe_path());
+  auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  const auto ref = run_hashes(*resident, nullptr, 1, 6);
+  const auto bytes = les::test::read_bytes(tiny_moe_path());
+  uint64_t ops_whole = 0;
+  {
+    StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::pread, 32);
+    StreamingExperts ex(*m, o);
+    EXPECT_EQ(run_hashes(*m, &ex, 1, 6), ref);
+    ops_whole = ex.stats().io.ops;
+  }
+  for (storage::IoMode io : {storage::IoMode::pread, storage::IoMode::uring, storage::IoMode::fake}) {
+    if (io == storage::IoMode::uring && !storage::have_uring()) continue;
+    for (uint64_t chunk : {uint64_t{4096}, uint64_t{3} * 4096}) {
+      StreamingOptions o = opts(*m, Schedule::lookahead, io, 32);
+      o.read_chunk = chunk;
+      if (io == storage::IoMode::fake) {
+        o.file = storage::make_memory_file(bytes, "tiny-moe (short reads)", 4096);
+        o.io.fake.max_read = 8192;
+        o.io.fake.eintr_every = 7;
+      }
+      StreamingExperts ex(*m, o);
+      EXPECT_EQ(run_hashes(*m, &ex, 1, 6), ref) << storage::io_mode_name(io) << " chunk " << chunk;
+      EXPECT_GT(ex.stats().io.ops, 2 * ops_whole) << "the experts were not read in chunks";
+    }
+  }
+  // EIO inside the third chunk of every expert of layer 1: a clear error naming the layer.
+  const ExpertLayout layout(*m, 4096);
+  StreamingOptions o = opts(*m, Schedule::ondemand, storage::IoMode::fake, 512);
+  o.file = storage::make_memory_file(bytes, "tiny-moe (EIO in a chunk)", 4096);
+  o.read_chunk = 4096;
+  for (int e = 0; e < m->config().n_expert; ++e) {
+    const SlotRead first = layout.reads(1, e).front();
+    ASSERT_GT(first.length, 3u * 4096);
+    o.io.fake.eio_offsets.push_back(first.file_offset + 2 * 4096 + 100);
+  }
+  StreamingExperts ex(*m, o);
+  try {
+    run_hashes(*m, &ex, 1, 2);
+    FAIL() << "EIO inside a chunk was not reported";
+  } catch (const les::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("of layer 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expert"), std::string::npos) << msg;
+  }
+  StreamingOptions bad = opts(*m, Schedule::lookahead, storage::IoMode::pread, 32);
+  bad.read_chunk = 5000;
+  EXPECT_THROW(StreamingExperts(*m, bad), les::Error);
 }
 
 TEST(Streaming, SmallestCacheHandlesBigBatches) {

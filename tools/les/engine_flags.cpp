@@ -32,6 +32,8 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--prefetch-budget"}, true, "lookahead: prefetch bytes per token at most X times the demand (default 1.5)", "X"},
       {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
       {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
+      {{"--read-chunk"}, true, "with --mem: read each expert as aligned chunks of at most SIZE in flight at once "
+                               "(e.g. 512K; default 0 = one read per extent)", "SIZE"},
       {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                   "les pack); a mismatch is an error naming the layer and expert"},
       {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), dspark (a DSpark/dflash "
@@ -95,6 +97,7 @@ EngineOptions engine_options_from(const Args& a) {
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
     if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
     so.verify_reads = a.has("--verify-reads");
+    if (a.has("--read-chunk")) so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
     so.refine = !a.has("--no-refine");
     so.refine_cancel = !a.has("--no-refine-cancel");
     so.measure_ahead2 = a.has("--measure-ahead2");
@@ -105,7 +108,7 @@ EngineOptions engine_options_from(const Args& a) {
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
                           "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2",
-                          "--prefetch-ahead2", "--throttle", "--verify-reads"}) {
+                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }

@@ -68,6 +68,10 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
       file_(open_model_file(model, opt)),
       layout_(model, file_->alignment()) {
   if (!cfg_.moe) throw Error("expert streaming needs a mixture-of-experts model");
+  if (opt.read_chunk > 0 && opt.read_chunk % std::max<size_t>(file_->alignment(), 1) != 0) {
+    throw Error(strfmt("the read chunk (%llu bytes) must be a multiple of %zu (the file's direct I/O alignment)",
+                       static_cast<unsigned long long>(opt.read_chunk), file_->alignment()));
+  }
   if (opt.verify_reads && !layout_.has_checksums()) {
     throw Error(strfmt("%s: verifying expert reads needs a packed model with expert checksums (les pack); this "
                        "file has none", model.path().c_str()));

@@ -84,6 +84,10 @@ struct StreamingOptions {
   // behind whatever is in flight, so this bounds the latency prefetching adds to a miss.
   uint64_t prefetch_inflight = 0;
   int io_threads = 0;           // pread/naive worker threads (0: queue depth)
+  // Read shaping: an expert's extents are read as aligned chunks of at most this many bytes, in
+  // flight at once and landing in the same slot (0: each extent in one read). A disk that serves
+  // several parallel reads faster than one large one reads a packed expert faster this way.
+  uint64_t read_chunk = 0;
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
   // Check every expert read against the checksum recorded by les pack (xxh3-64 of its bytes, on
   // the calling thread as the read completes). A mismatch is retried like a failed read, then

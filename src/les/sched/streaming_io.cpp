@@ -28,7 +28,16 @@ void StreamingExperts::submit_read(int si, cache::ExpertKey key, storage::IoPrio
   storage::IoRequest req;
   req.tag = next_tag_++;
   req.priority = prio;
-  for (const SlotRead& r : layout_.reads(layer, e)) req.ops.push_back(storage::IoOp{r.file_offset, r.length, s.data + r.slot_offset});
+  const uint64_t chunk = opt_.read_chunk;
+  for (const SlotRead& r : layout_.reads(layer, e)) {
+    // Chunks end on chunk-sized boundaries of the extent (chunk is a multiple of the file's
+    // alignment), so every chunk's file offset and destination stay aligned for direct I/O.
+    for (uint64_t done = 0; done < r.length;) {
+      const uint64_t n = chunk > 0 ? std::min(chunk, r.length - done) : r.length - done;
+      req.ops.push_back(storage::IoOp{r.file_offset + done, n, s.data + r.slot_offset + done});
+      done += n;
+    }
+  }
   s.key = key;
   s.state = SlotState::loading;
   s.tag = req.tag;
