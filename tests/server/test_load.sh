@@ -7,8 +7,9 @@
 # Prints one line with the concurrent pass's throughput and latency, e.g.
 #   load: 100 clients, 100/100 ok, 12.3 req/s, 180 tok/s, latency p50 4100 ms p99 8000 ms
 # The work is small (about 2 x 100 x 12 generated tokens) so that it also passes under ASan on two
-# cores within a few minutes.   test_load.sh LES MODEL [CLIENTS]
-LES=$1 MODEL=$2 CLIENTS=${3:-100}
+# cores within a few minutes.   test_load.sh LES MODEL [CLIENTS]   (default $LES_LOAD_CLIENTS or 100;
+# scripts/test-sanitizers.sh sets 40)
+LES=$1 MODEL=$2 CLIENTS=${3:-${LES_LOAD_CLIENTS:-100}}
 source "$(dirname "$0")/common.sh"
 need_node
 [ -f "$MODEL" ] || skip "missing $MODEL"
