@@ -12,6 +12,7 @@
 #include "les/engine/engine.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
+#include "model_edit.h"
 #include "test_util.h"
 
 namespace les {
@@ -182,6 +183,31 @@ TEST(Engine, ChatTemplateFallsBackToChatMl) {
   EXPECT_NE(r.find("Hi"), std::string::npos);
   const std::vector<int32_t> ids = e.tokenize_chat(r);
   EXPECT_FALSE(ids.empty());
+}
+
+// A chat template that does not parse does not stop plain prompts; chat rendering names the problem.
+TEST(Engine, BrokenChatTemplateOnlyFailsChat) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  const std::string dir = les::test::temp_dir();
+  const std::string path = dir + "/broken-template.gguf";
+  les::test::rewrite_model(tiny_moe_path(), path, [](les::test::KvList& kv) {
+    les::test::find_kv(kv, "tokenizer.chat_template")->str = "{% for m in messages %}{{ m.content ";
+  });
+  EngineOptions o;
+  o.model_path = path;
+  o.context.n_ctx = 64;
+  Engine e(o);
+  EXPECT_EQ(e.chat_template(), nullptr);
+  EXPECT_EQ(e.generate(e.tokenize(kPrompt, false), greedy(4), nullptr).n_generated, 4);
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  msgs.push_back({{"role", "user"}, {"content", "Hi"}});
+  try {
+    e.render_chat(msgs, true);
+    FAIL() << "rendering with a broken template must throw";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("tokenizer.chat_template"), std::string::npos) << err.what();
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ int cmd_chat(int argc, char** argv) {
   EngineOptions eo = engine_options_from(a);
   eo.drafter.sampling = req.sampling;
   Engine engine(std::move(eo));
+  if (!engine.chat_template()) throw Error(engine.chat_template_error());
   if (engine.options().mem > 0) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
 
   struct sigaction sa {};

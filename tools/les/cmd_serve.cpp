@@ -56,6 +56,10 @@ int cmd_serve(int argc, char** argv) {
 
   Engine engine(std::move(eo));
   if (engine.options().mem > 0) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
+  if (!engine.chat_template()) {
+    std::fprintf(stderr, "les serve: warning: %s; /v1/chat/completions will answer 500, /v1/completions works\n",
+                 engine.chat_template_error().c_str());
+  }
   server::Server srv(engine, so);
   const int bound = srv.bind();
   std::thread watcher([&] {

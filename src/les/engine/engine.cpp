@@ -13,8 +13,12 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
   model_ = Model::load(opts_.model_path, LoadOptions{.map_experts = !streaming});
   tok_ = std::make_unique<Tokenizer>(vocab_from_gguf(model_->gguf()));
   const auto text_of = [&](int32_t id) { return id >= 0 ? tok_->token_text(id) : std::string(); };
-  chat_ = std::make_unique<ChatTemplate>(tok_->vocab().chat_template,
-                                         ChatTemplateOptions{text_of(tok_->bos()), text_of(tok_->eos())});
+  try {
+    chat_ = std::make_unique<ChatTemplate>(tok_->vocab().chat_template,
+                                           ChatTemplateOptions{text_of(tok_->bos()), text_of(tok_->eos())});
+  } catch (const Error& e) {
+    chat_error_ = strfmt("the model's chat template (tokenizer.chat_template) cannot be used: %s", e.what());
+  }
 
   ContextParams& cp = opts_.context;
   if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("threads must be in [1, 256]");
@@ -58,6 +62,7 @@ std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special)
 
 std::string Engine::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                 const nlohmann::ordered_json& extra) const {
+  if (!chat_) throw Error(chat_error_);
   return chat_->render(messages, add_generation_prompt, extra);
 }
 

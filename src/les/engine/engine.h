@@ -78,7 +78,7 @@ using TextCallback = std::function<bool(std::string_view text)>;
 class Engine {
  public:
   // Loads the model and builds everything. Throws les::Error (bad file, budget too small, bad
-  // drafter, bad chat template).
+  // drafter). A chat template that does not parse is not an error here (see chat_template()).
   explicit Engine(EngineOptions opts);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -98,7 +98,10 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tok_; }
-  const ChatTemplate& chat_template() const { return *chat_; }
+  // Null when the file's template could not be parsed (chat_template_error() says why): the
+  // engine still runs plain prompts, and render_chat throws that error.
+  const ChatTemplate* chat_template() const { return chat_.get(); }
+  const std::string& chat_template_error() const { return chat_error_; }
   StreamingExperts* experts() { return experts_.get(); }
   const StreamingExperts* experts() const { return experts_.get(); }
   const Drafter* drafter() const { return drafter_.get(); }
@@ -111,6 +114,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> chat_;
+  std::string chat_error_;
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<DepthController> depth_;
   std::unique_ptr<StreamingExperts> experts_;

@@ -79,6 +79,7 @@ struct Server::Impl {
                                  opts.model_name.c_str()), "model");
     }
     if (e == Endpoint::chat) {
+      if (!engine.chat_template()) throw ApiError(500, engine.chat_template_error());
       std::string rendered;
       try {
         rendered = engine.render_chat(r.messages, true, r.template_kwargs);
