@@ -56,6 +56,12 @@ void value(std::string& out, const char* name, double v, const std::string& labe
   out += strfmt("%s%s %.17g\n", name, labels.c_str(), v);
 }
 
+// A metric with one unlabelled sample.
+void single(std::string& out, const char* name, const char* type, const char* help, double v) {
+  metric(out, name, type, help);
+  value(out, name, v);
+}
+
 }  // namespace
 
 std::string Metrics::render(int queue_waiting, bool busy) const {
@@ -66,58 +72,34 @@ std::string Metrics::render(int queue_waiting, bool busy) const {
     value(o, "les_requests_total", static_cast<double>(n),
           strfmt("{endpoint=\"%s\",status=\"%d\"}", key.first.c_str(), key.second));
   }
-  metric(o, "les_generations_total", "counter", "generations run (completed or cancelled)");
-  value(o, "les_generations_total", static_cast<double>(generations_));
-  metric(o, "les_generations_cancelled_total", "counter", "generations stopped because the client went away");
-  value(o, "les_generations_cancelled_total", static_cast<double>(cancelled_));
-  metric(o, "les_prompt_tokens_total", "counter", "prompt tokens of all generations");
-  value(o, "les_prompt_tokens_total", static_cast<double>(prompt_tokens_));
-  metric(o, "les_prompt_tokens_reused_total", "counter", "prompt tokens taken from the KV cache of the previous request");
-  value(o, "les_prompt_tokens_reused_total", static_cast<double>(reused_tokens_));
-  metric(o, "les_generated_tokens_total", "counter", "tokens generated");
-  value(o, "les_generated_tokens_total", static_cast<double>(generated_tokens_));
-  metric(o, "les_prompt_seconds_total", "counter", "seconds spent evaluating prompts");
-  value(o, "les_prompt_seconds_total", prompt_seconds_);
-  metric(o, "les_generation_seconds_total", "counter", "seconds spent generating after the first token");
-  value(o, "les_generation_seconds_total", generation_seconds_);
-  metric(o, "les_queue_seconds_total", "counter", "seconds requests waited for their turn");
-  value(o, "les_queue_seconds_total", queue_seconds_);
-  metric(o, "les_decode_tokens_per_second", "gauge", "decode speed of the last generation");
-  value(o, "les_decode_tokens_per_second", last_decode_tps_);
-  metric(o, "les_prefill_tokens_per_second", "gauge", "prompt evaluation speed of the last generation");
-  value(o, "les_prefill_tokens_per_second", last_prefill_tps_);
-  metric(o, "les_requests_waiting", "gauge", "requests waiting for their turn");
-  value(o, "les_requests_waiting", queue_waiting);
-  metric(o, "les_requests_running", "gauge", "requests generating (0 or 1)");
-  value(o, "les_requests_running", busy ? 1 : 0);
+  single(o, "les_generations_total", "counter", "generations run (completed or cancelled)", static_cast<double>(generations_));
+  single(o, "les_generations_cancelled_total", "counter", "generations stopped because the client went away", static_cast<double>(cancelled_));
+  single(o, "les_prompt_tokens_total", "counter", "prompt tokens of all generations", static_cast<double>(prompt_tokens_));
+  single(o, "les_prompt_tokens_reused_total", "counter", "prompt tokens taken from the KV cache of the previous request", static_cast<double>(reused_tokens_));
+  single(o, "les_generated_tokens_total", "counter", "tokens generated", static_cast<double>(generated_tokens_));
+  single(o, "les_prompt_seconds_total", "counter", "seconds spent evaluating prompts", prompt_seconds_);
+  single(o, "les_generation_seconds_total", "counter", "seconds spent generating after the first token", generation_seconds_);
+  single(o, "les_queue_seconds_total", "counter", "seconds requests waited for their turn", queue_seconds_);
+  single(o, "les_decode_tokens_per_second", "gauge", "decode speed of the last generation", last_decode_tps_);
+  single(o, "les_prefill_tokens_per_second", "gauge", "prompt evaluation speed of the last generation", last_prefill_tps_);
+  single(o, "les_requests_waiting", "gauge", "requests waiting for their turn", queue_waiting);
+  single(o, "les_requests_running", "gauge", "requests generating (0 or 1)", busy ? 1 : 0);
   if (have_experts_) {
     const LayerStreamStats& e = experts_;
     const double sel = static_cast<double>(e.selected);
-    metric(o, "les_expert_selected_total", "counter", "routed experts selected");
-    value(o, "les_expert_selected_total", sel);
-    metric(o, "les_expert_cache_hits_total", "counter", "selected experts already in the cache");
-    value(o, "les_expert_cache_hits_total", static_cast<double>(e.hits));
-    metric(o, "les_expert_cache_hit_ratio", "gauge", "selected experts already in the cache, over all selected");
-    value(o, "les_expert_cache_hit_ratio", sel > 0 ? static_cast<double>(e.hits) / sel : 0);
-    metric(o, "les_expert_prepared_ratio", "gauge", "selected experts resident or being read when their layer started");
-    value(o, "les_expert_prepared_ratio", sel > 0 ? static_cast<double>(e.hits + e.in_flight) / sel : 0);
-    metric(o, "les_expert_bytes_read_total", "counter", "expert bytes read from storage (demand and prefetch)");
-    value(o, "les_expert_bytes_read_total", static_cast<double>(e.bytes_demand + e.bytes_prefetch));
-    metric(o, "les_expert_bytes_wasted_total", "counter", "prefetched expert bytes never used");
-    value(o, "les_expert_bytes_wasted_total", static_cast<double>(e.bytes_wasted));
-    metric(o, "les_expert_stall_seconds_total", "counter", "seconds layers waited for expert reads");
-    value(o, "les_expert_stall_seconds_total", e.stall_s);
-    metric(o, "les_expert_cache_slots", "gauge", "expert cache slots");
-    value(o, "les_expert_cache_slots", n_slots_);
-    metric(o, "les_expert_cache_bytes", "gauge", "expert cache size in bytes");
-    value(o, "les_expert_cache_bytes", static_cast<double>(cache_bytes_));
+    single(o, "les_expert_selected_total", "counter", "routed experts selected", sel);
+    single(o, "les_expert_cache_hits_total", "counter", "selected experts already in the cache", static_cast<double>(e.hits));
+    single(o, "les_expert_cache_hit_ratio", "gauge", "selected experts already in the cache, over all selected", sel > 0 ? static_cast<double>(e.hits) / sel : 0);
+    single(o, "les_expert_prepared_ratio", "gauge", "selected experts resident or being read when their layer started", sel > 0 ? static_cast<double>(e.hits + e.in_flight) / sel : 0);
+    single(o, "les_expert_bytes_read_total", "counter", "expert bytes read from storage (demand and prefetch)", static_cast<double>(e.bytes_demand + e.bytes_prefetch));
+    single(o, "les_expert_bytes_wasted_total", "counter", "prefetched expert bytes never used", static_cast<double>(e.bytes_wasted));
+    single(o, "les_expert_stall_seconds_total", "counter", "seconds layers waited for expert reads", e.stall_s);
+    single(o, "les_expert_cache_slots", "gauge", "expert cache slots", n_slots_);
+    single(o, "les_expert_cache_bytes", "gauge", "expert cache size in bytes", static_cast<double>(cache_bytes_));
   }
-  metric(o, "les_memory_budget_bytes", "gauge", "the --mem budget (0: experts resident, no budget)");
-  value(o, "les_memory_budget_bytes", static_cast<double>(budget_bytes_));
-  metric(o, "les_resident_bytes", "gauge", "resident set size of the process");
-  value(o, "les_resident_bytes", static_cast<double>(current_rss_bytes()));
-  metric(o, "les_peak_resident_bytes", "gauge", "peak resident set size of the process");
-  value(o, "les_peak_resident_bytes", static_cast<double>(peak_rss_bytes()));
+  single(o, "les_memory_budget_bytes", "gauge", "the --mem budget (0: experts resident, no budget)", static_cast<double>(budget_bytes_));
+  single(o, "les_resident_bytes", "gauge", "resident set size of the process", static_cast<double>(current_rss_bytes()));
+  single(o, "les_peak_resident_bytes", "gauge", "peak resident set size of the process", static_cast<double>(peak_rss_bytes()));
   return o;
 }
 
