@@ -16,7 +16,16 @@ cleanup() {
 }
 
 skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*" >&2; [ -n "${SERVER_LOG:-}" ] && [ -f "$SERVER_LOG" ] && { echo "--- server log ---" >&2; tail -50 "$SERVER_LOG" >&2; }; exit 1; }
+# A sanitizer report in the server log is shown from its start (its first lines name the race
+# or the bad access); otherwise the log's last 50 lines.
+fail() {
+  echo "FAIL: $*" >&2
+  if [ -n "${SERVER_LOG:-}" ] && [ -f "$SERVER_LOG" ]; then
+    echo "--- server log ---" >&2
+    if grep -q 'Sanitizer' "$SERVER_LOG"; then sed -n '/Sanitizer/,$p' "$SERVER_LOG" | head -120 >&2; else tail -50 "$SERVER_LOG" >&2; fi
+  fi
+  exit 1
+}
 
 need_node() {
   command -v node >/dev/null 2>&1 || skip "node not found"
