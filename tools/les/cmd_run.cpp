@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "engine_flags.h"
 #include "les/engine/engine.h"
 #include "les/sched/budget.h"
+#include "les/sched/io_probe.h"
 #include "les/sched/stream_report.h"
 #include "les/sched/streaming_experts.h"
 #include "les/spec/spec_report.h"
@@ -56,6 +58,8 @@ int cmd_run(int argc, char** argv) {
   if (a.has("--stats") && !streaming && !speculating) throw Error("--stats needs --mem (expert streaming) or --spec");
   if (a.has("--stats-json") && !streaming) throw Error("--stats-json needs --mem (expert streaming)");
 
+  // --stats prints the decode ceiling, which needs the device probe (cached per device).
+  if (streaming && a.has("--stats")) eo.probe_io = true;
   Engine engine(std::move(eo));
   if (streaming) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
   StreamingExperts* experts = engine.experts();
@@ -73,17 +77,24 @@ int cmd_run(int argc, char** argv) {
     std::fflush(stdout);
   }
   uint64_t bytes_at_first = 0;
+  double stall_at_first = 0, time_at_first = 0;
   bool first = true;
   auto bytes_read = [&] {
     if (!experts) return uint64_t{0};
     const LayerStreamStats t = experts->stats().total();
     return t.bytes_demand + t.bytes_prefetch;
   };
+  auto stall_s = [&] { return experts ? experts->stats().total().stall_s : 0.0; };
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  // The decode interval (for the ceiling): from the first generated token to the last.
+  req.on_token = [&](int32_t) {
+    if (!first) return;
+    bytes_at_first = bytes_read();
+    stall_at_first = stall_s();
+    time_at_first = now();
+    first = false;
+  };
   const EngineResult r = engine.generate(ids, req, [&](std::string_view piece) {
-    if (first) {
-      bytes_at_first = bytes_read();
-      first = false;
-    }
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
@@ -105,7 +116,21 @@ int cmd_run(int argc, char** argv) {
     rs.wall_s = st.prompt_seconds + st.gen_seconds;
     rs.peak_rss = peak_rss_bytes();
     rs.budget = engine.budget().total;
-    if (a.has("--stats")) std::fprintf(stderr, "\n%s", format_stream_table(experts->stats(), rs).c_str());
+    if (a.has("--stats")) {
+      std::fprintf(stderr, "\n%s", format_stream_table(experts->stats(), rs).c_str());
+      const double secs = now() - time_at_first;
+      if (!first && st.n_generated > 1 && engine.io_ceiling_mbs() > 0) {
+        const IoCeiling c = io_ceiling(bytes_read() - bytes_at_first, stall_s() - stall_at_first, secs,
+                                       static_cast<uint64_t>(st.n_generated - 1), engine.io_ceiling_mbs());
+        std::fprintf(stderr, "%s", format_io_ceiling(c, engine.options().streaming.queue_depth).c_str());
+      }
+      if (const storage::DeviceProbe* p = engine.device_probe()) {
+        std::fprintf(stderr, "device probe: %s (%s%s), %s\n", p->device.c_str(),
+                     engine.device_probe_cached() ? "cached" : "measured now", "; les probe shows it",
+                     engine.read_chunk() ? strfmt("reads in chunks of %llu KiB", static_cast<unsigned long long>(engine.read_chunk() >> 10)).c_str()
+                                         : "whole reads");
+      }
+    }
     if (a.has("--stats-json")) {
       const std::string js = stream_stats_json(experts->stats(), rs);
       write_file_atomic(a.str("--stats-json"), js.data(), js.size());

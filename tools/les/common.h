@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "args.h"
+#include "les/util/atomic_file.h"  // write_file_atomic
 
 namespace les::cli {
 
@@ -13,8 +14,6 @@ namespace les::cli {
 std::vector<int32_t> parse_token_list(const std::string& s);
 // Applies --isa if given (throws if the CPU lacks it).
 void apply_isa_flag(const Args& a);
-// Writes bytes to path atomically (temp file, fsync, rename).
-void write_file_atomic(const std::string& path, const void* data, size_t n);
 std::string human_bytes(uint64_t b);
 
 }  // namespace les::cli

@@ -33,7 +33,10 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--queue-depth"}, true, "reads in flight (default 8)", "N"},
       {{"--prefetch-inflight"}, true, "lookahead: prefetch bytes in flight at most, bounding the wait they add to a miss (default: two experts)", "SIZE"},
       {{"--read-chunk"}, true, "with --mem: read each expert as aligned chunks of at most SIZE in flight at once "
-                               "(e.g. 512K; default 0 = one read per extent)", "SIZE"},
+                               "(e.g. 512K; default 0 = one read per extent), or auto: chunks where the device "
+                               "probe says they read faster", "SIZE|auto"},
+      {{"--probe-refresh"}, false, "with --mem: measure the disk again (the device probe is cached per device and "
+                                   "file system; les probe shows it)"},
       {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                   "les pack); a mismatch is an error naming the layer and expert"},
       {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), dspark (a DSpark/dflash "
@@ -97,7 +100,15 @@ EngineOptions engine_options_from(const Args& a) {
     so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
     if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
     so.verify_reads = a.has("--verify-reads");
-    if (a.has("--read-chunk")) so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
+    if (a.has("--read-chunk")) {
+      if (a.str("--read-chunk") == "auto") {
+        so.read_chunk_auto = true;
+      } else {
+        so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
+      }
+    }
+    o.probe_refresh = a.has("--probe-refresh");
+    o.probe_io = o.probe_refresh;
     so.refine = !a.has("--no-refine");
     so.refine_cancel = !a.has("--no-refine-cancel");
     so.measure_ahead2 = a.has("--measure-ahead2");
@@ -108,7 +119,7 @@ EngineOptions engine_options_from(const Args& a) {
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
                           "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2",
-                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk"}) {
+                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk", "--probe-refresh"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }

@@ -1,9 +1,11 @@
 #include "les/engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "les/chat/chat_template.h"
 #include "les/engine/text_stream.h"
+#include "les/sched/io_probe.h"
 #include "les/util/error.h"
 
 namespace les {
@@ -49,12 +51,33 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
       so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, 0).cache;
       so.withheld_bytes = so.cache_bytes - plan_.cache;
     }
+    if (opts_.probe_io || so.read_chunk_auto) {
+      IoProbeOptions po = io_probe_options_for(so);
+      po.refresh = opts_.probe_refresh;
+      po.quick = opts_.probe_quick;
+      IoProbeResult pr = probe_model_io(*model_, po);
+      probe_ = std::move(pr.probe);
+      probe_cached_ = pr.cached;
+    }
+    if (so.read_chunk_auto) {
+      const storage::ChunkChoice c = storage::choose_read_chunk(*probe_, experts_in_flight(so, *model_), so.queue_depth);
+      so.read_chunk = c.chunk;
+      std::fprintf(stderr, "les: read shaping: %s (device probe: whole experts %.0f MB/s%s)\n",
+                   c.chunk ? strfmt("chunks of %llu KiB", static_cast<unsigned long long>(c.chunk >> 10)).c_str()
+                           : "whole experts",
+                   c.whole_mbs, c.chunk ? strfmt(", chunked %.0f MB/s", c.chosen_mbs).c_str() : "");
+    }
+    read_chunk_ = so.read_chunk;
     experts_ = std::make_unique<StreamingExperts>(*model_, so);
   }
   ctx_ = std::make_unique<Context>(*model_, cp, experts_.get());
 }
 
 Engine::~Engine() = default;
+
+double Engine::io_ceiling_mbs() const {
+  return probe_ ? probe_->ceiling_mbs(opts_.streaming.queue_depth) : 0.0;
+}
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special) const {
   return tok_->encode(text, true, parse_special);

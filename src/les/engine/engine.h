@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 #include "les/sched/streaming_experts.h"
 #include "les/session/generate.h"
 #include "les/spec/make_drafter.h"
+#include "les/storage/device_probe.h"
 #include "les/tokenizer/tokenizer.h"
 
 namespace les {
@@ -48,6 +50,12 @@ struct EngineOptions {
   // Reuse the KV cache for the prefix a prompt shares with the previous request (plain decoding
   // only: with a drafter every request starts from an empty context).
   bool reuse_prefix = true;
+  // With mem: get the device probe of the experts' disk at start (cached per device; measured,
+  // seconds, when not cached): needed for streaming.read_chunk_auto and the I/O ceiling
+  // (io_ceiling_tps). probe_refresh measures again even when cached.
+  bool probe_io = false;
+  bool probe_refresh = false;
+  bool probe_quick = false;  // a short, uncached probe (tests)
 };
 
 struct EngineRequest {
@@ -106,6 +114,13 @@ class Engine {
   const StreamingExperts* experts() const { return experts_.get(); }
   const Drafter* drafter() const { return drafter_.get(); }
   const BudgetPlan& budget() const { return plan_; }  // all zero without mem
+  // The device probe (with mem and probe_io or read_chunk_auto), else null; the read chunk in use.
+  const storage::DeviceProbe* device_probe() const { return probe_ ? &*probe_ : nullptr; }
+  bool device_probe_cached() const { return probe_cached_; }
+  uint64_t read_chunk() const { return read_chunk_; }
+  // The device's best MB/s at this engine's queue depth (the probe's ceiling_mbs), 0 without a
+  // probe.
+  double io_ceiling_mbs() const;
   int n_ctx() const { return ctx_->n_ctx(); }
   const EngineOptions& options() const { return opts_; }
 
@@ -120,6 +135,9 @@ class Engine {
   std::unique_ptr<StreamingExperts> experts_;
   std::unique_ptr<Context> ctx_;
   BudgetPlan plan_;
+  std::optional<storage::DeviceProbe> probe_;
+  bool probe_cached_ = false;
+  uint64_t read_chunk_ = 0;
 };
 
 }  // namespace les

@@ -88,6 +88,10 @@ struct StreamingOptions {
   // flight at once and landing in the same slot (0: each extent in one read). A disk that serves
   // several parallel reads faster than one large one reads a packed expert faster this way.
   uint64_t read_chunk = 0;
+  // Choose read_chunk from the device probe (sched/io_probe.h) when the engine starts: chunks
+  // where the probe says they read an expert faster than whole reads (by 5% or more), else 0.
+  // Resolved by les::Engine (StreamingExperts itself reads read_chunk only).
+  bool read_chunk_auto = false;
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
   // Check every expert read against the checksum recorded by les pack (xxh3-64 of its bytes, on
   // the calling thread as the read completes). A mismatch is retried like a failed read, then

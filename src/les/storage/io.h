@@ -243,6 +243,12 @@ class FakeIoGate {
 // Faults and timing of the fake backend (IoMode::fake only).
 struct FakeIoConfig {
   std::chrono::microseconds latency{0};  // slept by each op before it reads
+  // A device model (0: off). op_mbs: one op transfers at most this fast (MB/s, 1e6 bytes), so a
+  // large single read is slower than the same bytes as several ops in flight; device_mbs: all
+  // ops together transfer at most this fast (a shared timeline ops reserve their bytes on).
+  // An op lasts max(latency + bytes / op_mbs, the end of its bytes' turn on the device).
+  double op_mbs = 0;
+  double device_mbs = 0;
   uint64_t max_read = 0;                 // > 0: each read call returns at most this many bytes
   int eintr_every = 0;                   // > 0: every n-th read call fails with EINTR
   std::vector<uint64_t> eio_offsets;     // a read call covering one of these offsets fails with EIO

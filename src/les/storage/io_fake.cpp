@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -28,7 +30,11 @@ class FakeEngine final : public WorkerPoolEngine {
 
   OpResult run_op(int /*worker*/, const Task& t) override {
     if (cfg_.gate) cfg_.gate->pass();
-    if (cfg_.latency.count() > 0) std::this_thread::sleep_for(cfg_.latency);
+    if (cfg_.op_mbs > 0 || cfg_.device_mbs > 0) {
+      model_device_time(t.op.length);
+    } else if (cfg_.latency.count() > 0) {
+      std::this_thread::sleep_for(cfg_.latency);
+    }
     const bool fail_op = cfg_.eio_after_ops >= 0 && t.seq >= static_cast<uint64_t>(cfg_.eio_after_ops);
     const ReadFile& f = *file_;
     return read_fully(f, t.op, [&](void* dst, size_t n, uint64_t off) -> int64_t {
@@ -44,7 +50,27 @@ class FakeEngine final : public WorkerPoolEngine {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // Sleeps for the op's time under the device model (FakeIoConfig::op_mbs, device_mbs).
+  void model_device_time(uint64_t bytes) {
+    const Clock::time_point now = Clock::now();
+    auto span = [&](double mbs) {
+      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(static_cast<double>(bytes) / (mbs * 1e6)));
+    };
+    Clock::time_point end = now + cfg_.latency;
+    if (cfg_.op_mbs > 0) end += span(cfg_.op_mbs);
+    if (cfg_.device_mbs > 0) {
+      std::lock_guard<std::mutex> lk(device_mu_);
+      const Clock::time_point start = std::max(now, device_free_);
+      device_free_ = start + span(cfg_.device_mbs);
+      end = std::max(end, device_free_);
+    }
+    std::this_thread::sleep_until(end);
+  }
+
   const FakeIoConfig cfg_;
+  std::mutex device_mu_;
+  Clock::time_point device_free_{};
   std::atomic<uint64_t> calls_{0};
 };
 

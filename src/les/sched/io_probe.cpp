@@ -1,0 +1,114 @@
+#include "les/sched/io_probe.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "les/storage/expert_layout.h"
+#include "les/util/error.h"
+#include "les/util/progress.h"
+
+namespace les {
+
+std::vector<storage::ExpertExtents> model_expert_extents(const Model& model, size_t alignment) {
+  const ExpertLayout layout(model, alignment);
+  std::vector<storage::ExpertExtents> out;
+  for (int l = 0; l < layout.n_layer(); ++l) {
+    for (int e = 0; e < layout.n_expert(); ++e) {
+      storage::ExpertExtents ex;
+      for (const SlotRead& r : layout.reads(l, e)) ex.push_back(storage::AlignedExtent{r.file_offset, r.length, 0});
+      if (!ex.empty()) out.push_back(std::move(ex));
+    }
+  }
+  return out;
+}
+
+IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
+  std::shared_ptr<storage::ReadFile> file = o.file;
+  if (!file) {
+    file = o.io_mode == storage::IoMode::naive ? storage::open_buffered(model.path()) : storage::open_direct(model.path());
+  }
+  const std::vector<storage::ExpertExtents> experts = model_expert_extents(model, file->alignment());
+  if (experts.empty()) throw Error(strfmt("%s has no routed experts to probe the disk with", model.path().c_str()));
+  uint64_t expert_bytes = 0;
+  for (const auto& ex : experts) {
+    uint64_t b = 0;
+    for (const auto& e : ex) b += e.length;
+    expert_bytes = std::max(expert_bytes, b);
+  }
+  const bool cacheable = o.io_mode != storage::IoMode::fake && !o.cache_path.empty() && !o.quick;
+  const std::string device = storage::device_key(file->path());
+  const std::string mode = storage::io_mode_name(o.io_mode);
+  if (cacheable && !o.refresh) {
+    if (auto p = storage::load_cached_probe(o.cache_path, device, file->alignment(), expert_bytes, mode)) {
+      return IoProbeResult{std::move(*p), true};
+    }
+  }
+  storage::ProbeOptions po;
+  po.io_mode = o.io_mode;
+  po.io = o.io;
+  if (o.quick) {
+    po.depths = {1, 4, 16};
+    po.point_seconds = 0.06;
+    po.idle_seconds = 0.02;
+  }
+  std::unique_ptr<Progress> bar;
+  if (o.progress) {
+    std::fprintf(stderr, "les: measuring the disk for %s (once per device; cached in %s)\n", model.path().c_str(),
+                 cacheable ? o.cache_path.c_str() : "no cache");
+    bar = std::make_unique<Progress>("disk probe", 1);
+    po.progress = [&](size_t done, size_t total) {
+      bar->set_total(total);
+      bar->update(done);
+    };
+  }
+  IoProbeResult r{storage::probe_device(file, experts, po), false};
+  if (bar) bar->finish();
+  if (cacheable) {
+    try {
+      storage::save_cached_probe(o.cache_path, r.probe);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "les: warning: the device probe was not cached: %s\n", e.what());
+    }
+  }
+  return r;
+}
+
+IoProbeOptions io_probe_options_for(const StreamingOptions& so) {
+  IoProbeOptions o;
+  o.io_mode = so.io_mode;
+  o.io = so.io;
+  o.file = so.file;
+  return o;
+}
+
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs) {
+  IoCeiling c;
+  if (tokens == 0 || seconds <= 0 || disk_mbs <= 0) return c;
+  const double n = static_cast<double>(tokens);
+  c.mb_per_token = static_cast<double>(bytes) / 1e6 / n;
+  c.disk_mbs = disk_mbs;
+  c.t_io_s = c.mb_per_token / disk_mbs;
+  c.t_compute_s = std::max(0.0, seconds - stall_s) / n;
+  c.tps = n / seconds;
+  const double t = std::max(c.t_io_s, c.t_compute_s);
+  c.ceiling_tps = t > 0 ? 1.0 / t : 0.0;
+  c.of_ceiling = c.ceiling_tps > 0 ? c.tps / c.ceiling_tps : 0.0;
+  return c;
+}
+
+std::string format_io_ceiling(const IoCeiling& c, int queue_depth) {
+  return strfmt("ceiling (decode): 1 / max(t_io %.2f ms = %.2f MB/token at %.0f MB/s, the device probe's best at queue "
+                "depth <= %d; t_compute %.2f ms, the time per token not waiting for reads) = %.1f tok/s; decode "
+                "%.1f tok/s = %.0f%% of it\n",
+                1e3 * c.t_io_s, c.mb_per_token, c.disk_mbs, queue_depth, 1e3 * c.t_compute_s, c.ceiling_tps, c.tps,
+                100 * c.of_ceiling);
+}
+
+int experts_in_flight(const StreamingOptions& so, const Model& model) {
+  if (so.schedule == Schedule::ondemand) return std::max(1, model.config().n_expert_used);
+  const uint64_t slot = StreamingExperts::slot_bytes_for(model, so.io_mode);
+  const uint64_t bytes = so.prefetch_inflight > 0 ? so.prefetch_inflight : 2 * slot;
+  return std::max<int>(2, static_cast<int>(bytes / std::max<uint64_t>(slot, 1)));
+}
+
+}  // namespace les

@@ -1,0 +1,55 @@
+// The device probe for one model's expert reads (storage/device_probe.h), cached per device:
+// what `--read-chunk auto`, the `--stats` ceiling, `les probe` and the benchmarks' ceilings use.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "les/model/model.h"
+#include "les/sched/streaming_experts.h"
+#include "les/storage/device_probe.h"
+
+namespace les {
+
+struct IoProbeOptions {
+  bool refresh = false;  // measure even when the cache has this device's probe
+  storage::IoMode io_mode = storage::IoMode::uring;
+  storage::IoOptions io{};                  // the fake backend's device model (io_mode fake)
+  std::shared_ptr<storage::ReadFile> file;  // null: open the model file as the engine would
+  std::string cache_path = storage::probe_cache_path();  // "": neither read nor write a cache
+  bool quick = false;    // fewer, shorter points (tests): depths 1, 4, 16; 0.06 s per point; never cached
+  bool progress = true;  // a progress line on stderr while measuring (when it is a terminal)
+};
+
+struct IoProbeResult {
+  storage::DeviceProbe probe;
+  bool cached = false;  // came from the cache file
+};
+
+// The aligned extents of every routed expert of every expert layer, as the engine reads them.
+std::vector<storage::ExpertExtents> model_expert_extents(const Model& model, size_t alignment);
+
+// The probe of the device holding the model's experts: from the cache unless refresh, else
+// measured (seconds) and saved. Fake-backend probes are never cached. Throws les::Error when the
+// file cannot be read; a cache that cannot be written only warns.
+IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o);
+
+// The probe options an engine with these streaming options reads with.
+IoProbeOptions io_probe_options_for(const StreamingOptions& so);
+
+// The decode ceiling over one interval of decoding: `tokens` steps took `seconds`, read `bytes`
+// of experts and waited `stall_s` for reads. t_io = bytes per token / the device's ceiling
+// bandwidth, t_compute = the time per token not spent waiting for reads; ceiling = 1 /
+// max(t_io, t_compute). of_ceiling > ~1.05 means the reads beat the probe: a probe bug.
+struct IoCeiling {
+  double mb_per_token = 0, disk_mbs = 0, t_io_s = 0, t_compute_s = 0, ceiling_tps = 0, tps = 0, of_ceiling = 0;
+};
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs);
+std::string format_io_ceiling(const IoCeiling& c, int queue_depth);
+
+// Experts whose reads are in the device together under this schedule: on demand, a layer's
+// misses (k); with lookahead, the prefetch bytes in flight (StreamingOptions::prefetch_inflight,
+// two slots when 0) in slots, at least 2.
+int experts_in_flight(const StreamingOptions& so, const Model& model);
+
+}  // namespace les

@@ -1,0 +1,396 @@
+#include "les/storage/device_probe.h"
+
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "les/util/atomic_file.h"
+#include "les/util/error.h"
+
+namespace les::storage {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Random requests of one probe point over the experts' extents.
+class RequestMaker {
+ public:
+  RequestMaker(const std::vector<ExpertExtents>& experts, size_t alignment, uint32_t seed)
+      : experts_(experts), alignment_(std::max<size_t>(alignment, 1)), rng_(seed) {}
+
+  // Ops of one request into dst: a whole expert, or one window of `size` bytes of an extent.
+  std::vector<IoOp> make(uint64_t size, bool whole, uint8_t* dst) {
+    const ExpertExtents& ex = experts_[rng_() % experts_.size()];
+    std::vector<IoOp> ops;
+    if (whole) {
+      uint64_t at = 0;
+      for (const AlignedExtent& e : ex) {
+        ops.push_back({e.file_offset, e.length, dst + at});
+        at += e.length;
+      }
+      return ops;
+    }
+    const AlignedExtent& e = ex[rng_() % ex.size()];
+    if (e.length <= size) {
+      ops.push_back({e.file_offset, e.length, dst});
+    } else {
+      const uint64_t room = (e.length - size) / alignment_ + 1;
+      ops.push_back({e.file_offset + (rng_() % room) * alignment_, size, dst});
+    }
+    return ops;
+  }
+
+ private:
+  const std::vector<ExpertExtents>& experts_;
+  size_t alignment_;
+  std::mt19937_64 rng_;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
+  return v[m];
+}
+
+// One point: after an idle pause, `depth` requests kept in flight for opt.point_seconds.
+ProbePoint measure_point(IoEngine& eng, RequestMaker& maker, std::vector<AlignedBuffer>& bufs, uint64_t size,
+                         bool whole, int depth, uint64_t expert_bytes, const ProbeOptions& opt, uint64_t& tag) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(opt.idle_seconds));
+  const uint64_t req_bytes = whole ? expert_bytes : size;
+  // The burst: the first requests after the pause, at least one round of the queue and 4 MiB.
+  const uint64_t burst_target = std::max<uint64_t>(static_cast<uint64_t>(depth) * req_bytes, uint64_t{4} << 20);
+  auto submit = [&](int slot) {
+    IoRequest r;
+    r.tag = (++tag << 8) | static_cast<uint64_t>(slot);
+    r.ops = maker.make(size, whole, bufs[static_cast<size_t>(slot)].data());
+    eng.submit(std::move(r));
+  };
+  const double t0 = now_s();
+  for (int i = 0; i < depth; ++i) submit(i);
+  uint64_t bytes = 0, burst_bytes = 0;
+  double t_burst = 0;
+  std::vector<double> lat;
+  std::vector<IoCompletion> done;
+  bool stopping = false;
+  while (eng.pending() > 0) {
+    done.clear();
+    eng.wait(done, std::chrono::microseconds(200000));
+    const double t = now_s();
+    for (const IoCompletion& c : done) {
+      if (!c.ok()) throw Error(strfmt("device probe: %s", c.error.c_str()));
+      if (stopping) continue;  // in flight at the end: not counted
+      bytes += c.bytes;
+      if (t_burst == 0) {
+        if (bytes >= burst_target) {
+          t_burst = t;
+          burst_bytes = bytes;
+        }
+      } else {
+        lat.push_back(static_cast<double>(c.latency_us));
+      }
+      if (t - t0 >= opt.point_seconds) {
+        stopping = true;
+      } else {
+        submit(static_cast<int>(c.tag & 0xff));
+      }
+    }
+  }
+  const double t_end = now_s();
+  ProbePoint p;
+  p.request_bytes = req_bytes;
+  p.whole_expert = whole;
+  p.queue_depth = depth;
+  if (t_burst == 0) {  // the point ended within its burst
+    t_burst = t_end;
+    burst_bytes = bytes;
+  }
+  p.burst_mbs = static_cast<double>(burst_bytes) / 1e6 / std::max(t_burst - t0, 1e-9);
+  p.sustained_mbs = bytes > burst_bytes && t_end > t_burst
+                        ? static_cast<double>(bytes - burst_bytes) / 1e6 / (t_end - t_burst)
+                        : p.burst_mbs;
+  p.latency_us = median(std::move(lat));
+  return p;
+}
+
+double merit(const ProbePoint& p) { return 0.5 * (p.burst_mbs + p.sustained_mbs); }
+
+// The deepest probed depth <= want (the shallowest probed one when none is).
+int depth_within(const DeviceProbe& p, int want) {
+  int best = 0, lowest = 0;
+  for (const ProbePoint& x : p.points) {
+    if (x.queue_depth <= want) best = std::max(best, x.queue_depth);
+    lowest = lowest == 0 ? x.queue_depth : std::min(lowest, x.queue_depth);
+  }
+  return best > 0 ? best : lowest;
+}
+
+nlohmann::json to_json(const DeviceProbe& p) {
+  nlohmann::json j;
+  j["device"] = p.device;
+  j["file"] = p.file;
+  j["expert_bytes"] = p.expert_bytes;
+  j["alignment"] = p.alignment;
+  j["io_mode"] = p.io_mode;
+  j["probed_at"] = p.probed_at;
+  j["seconds"] = p.seconds;
+  nlohmann::json pts = nlohmann::json::array();
+  for (const ProbePoint& x : p.points) {
+    pts.push_back({{"request_bytes", x.request_bytes},
+                   {"whole_expert", x.whole_expert},
+                   {"queue_depth", x.queue_depth},
+                   {"burst_mbs", x.burst_mbs},
+                   {"sustained_mbs", x.sustained_mbs},
+                   {"latency_us", x.latency_us}});
+  }
+  j["points"] = std::move(pts);
+  return j;
+}
+
+DeviceProbe from_json(const nlohmann::json& j) {
+  DeviceProbe p;
+  p.device = j.at("device").get<std::string>();
+  p.file = j.at("file").get<std::string>();
+  p.expert_bytes = j.at("expert_bytes").get<uint64_t>();
+  p.alignment = j.at("alignment").get<size_t>();
+  p.io_mode = j.at("io_mode").get<std::string>();
+  p.probed_at = j.at("probed_at").get<double>();
+  p.seconds = j.at("seconds").get<double>();
+  for (const auto& x : j.at("points")) {
+    ProbePoint q;
+    q.request_bytes = x.at("request_bytes").get<uint64_t>();
+    q.whole_expert = x.at("whole_expert").get<bool>();
+    q.queue_depth = x.at("queue_depth").get<int>();
+    q.burst_mbs = x.at("burst_mbs").get<double>();
+    q.sustained_mbs = x.at("sustained_mbs").get<double>();
+    q.latency_us = x.at("latency_us").get<double>();
+    if (q.queue_depth < 1 || q.request_bytes == 0 || !(q.burst_mbs >= 0) || !(q.sustained_mbs >= 0)) {
+      throw Error("a probe point is out of range");
+    }
+    p.points.push_back(q);
+  }
+  return p;
+}
+
+// The cache's entries; an unreadable or malformed file is empty (with a warning).
+nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::array();
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    if (j.is_object() && j.value("version", 0) == 1 && j.contains("probes") && j["probes"].is_array()) {
+      return j["probes"];
+    }
+    std::fprintf(stderr, "les: ignoring the device probe cache %s (not a version 1 probe cache)\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "les: ignoring the device probe cache %s (%s)\n", path.c_str(), e.what());
+  }
+  return nlohmann::json::array();
+}
+
+bool same_entry(const DeviceProbe& p, const std::string& device, size_t alignment, uint64_t expert_bytes,
+                const std::string& io_mode) {
+  return p.device == device && p.alignment == alignment && p.expert_bytes == expert_bytes && p.io_mode == io_mode;
+}
+
+}  // namespace
+
+double DeviceProbe::ceiling_mbs(int max_queue_depth) const {
+  double best = 0;
+  for (const ProbePoint& x : points) {
+    if (x.queue_depth <= max_queue_depth) best = std::max({best, x.burst_mbs, x.sustained_mbs});
+  }
+  return best;
+}
+
+const ProbePoint* DeviceProbe::find(uint64_t request_bytes, int queue_depth) const {
+  for (const ProbePoint& x : points) {
+    if (!x.whole_expert && x.request_bytes == request_bytes && x.queue_depth == queue_depth) return &x;
+  }
+  return nullptr;
+}
+
+const ProbePoint* DeviceProbe::find_whole(int queue_depth) const {
+  for (const ProbePoint& x : points) {
+    if (x.whole_expert && x.queue_depth == queue_depth) return &x;
+  }
+  return nullptr;
+}
+
+ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain) {
+  ChunkChoice c;
+  const int in_flight = std::max(1, experts_in_flight);
+  if (const ProbePoint* w = p.find_whole(depth_within(p, std::min(queue_depth, in_flight)))) c.whole_mbs = merit(*w);
+  c.chosen_mbs = c.whole_mbs;
+  for (const ProbePoint& x : p.points) {
+    if (x.whole_expert || x.request_bytes >= p.expert_bytes) continue;
+    const uint64_t per_expert = (p.expert_bytes + x.request_bytes - 1) / x.request_bytes;
+    const int ops = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(queue_depth), per_expert * in_flight));
+    if (x.queue_depth != depth_within(p, ops)) continue;
+    const double m = merit(x);
+    if (m > c.chosen_mbs && m > c.whole_mbs * (1 + min_gain)) {
+      c.chosen_mbs = m;
+      c.chunk = x.request_bytes;
+    }
+  }
+  return c;
+}
+
+DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<ExpertExtents>& experts,
+                         const ProbeOptions& opt) {
+  if (experts.empty()) throw Error("device probe: the model has no expert extents to read");
+  uint64_t expert_bytes = 0, largest_extent = 0;
+  for (const ExpertExtents& ex : experts) {
+    if (ex.empty()) throw Error("device probe: an expert without extents");
+    uint64_t b = 0;
+    for (const AlignedExtent& e : ex) {
+      b += e.length;
+      largest_extent = std::max(largest_extent, e.length);
+    }
+    expert_bytes = std::max(expert_bytes, b);
+  }
+  if (opt.depths.empty()) throw Error("device probe: no queue depths to measure");
+  int max_depth = 0;
+  for (int d : opt.depths) {
+    if (d < 1 || d > 255) throw Error(strfmt("device probe: queue depth %d out of 1..255", d));
+    max_depth = std::max(max_depth, d);
+  }
+  const uint64_t align = std::max<size_t>(file->alignment(), 1);
+  std::vector<uint64_t> wanted = opt.sizes;
+  if (wanted.empty()) {
+    wanted.push_back(uint64_t{64} << 10);
+    for (uint64_t div : {8, 4, 2}) wanted.push_back(std::max(align, expert_bytes / div / align * align));
+  }
+  std::vector<uint64_t> sizes;
+  for (uint64_t s : wanted) {
+    if (s == 0 || s % align != 0) {
+      throw Error(strfmt("device probe: request size %llu is not a multiple of the file's alignment (%zu)",
+                         static_cast<unsigned long long>(s), file->alignment()));
+    }
+    if (s < largest_extent && std::find(sizes.begin(), sizes.end(), s) == sizes.end()) sizes.push_back(s);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  IoOptions io = opt.io;
+  io.queue_depth = max_depth;
+  io.prefetch_bytes = 0;
+  auto eng = make_io_engine(opt.io_mode, file, io);
+  std::vector<AlignedBuffer> bufs;
+  for (int i = 0; i < max_depth; ++i) bufs.emplace_back(static_cast<size_t>(expert_bytes), file->alignment());
+  RequestMaker maker(experts, file->alignment(), 7);
+  DeviceProbe p;
+  p.file = file->path();
+  p.device = device_key(file->path());
+  p.expert_bytes = expert_bytes;
+  p.alignment = file->alignment();
+  p.io_mode = io_mode_name(opt.io_mode);
+  p.probed_at = static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+  const double t0 = now_s();
+  const size_t total = (sizes.size() + 1) * opt.depths.size();
+  uint64_t tag = 0;
+  size_t done = 0;
+  for (size_t si = 0; si <= sizes.size(); ++si) {
+    const bool whole = si == sizes.size();
+    for (int d : opt.depths) {
+      p.points.push_back(measure_point(*eng, maker, bufs, whole ? 0 : sizes[si], whole, d, expert_bytes, opt, tag));
+      if (opt.progress) opt.progress(++done, total);
+    }
+  }
+  p.seconds = now_s() - t0;
+  return p;
+}
+
+std::string device_key(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "unknown";
+  struct statfs fs {};
+  const unsigned long long fs_type = ::statfs(path.c_str(), &fs) == 0 ? static_cast<unsigned long long>(fs.f_type) : 0;
+  return strfmt("dev %u:%u fs 0x%llx", major(st.st_dev), minor(st.st_dev), fs_type);
+}
+
+std::string probe_cache_path() {
+  if (const char* p = std::getenv("LES_PROBE_CACHE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/les/device-probes.json";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/les/device-probes.json";
+  return "";
+}
+
+std::optional<DeviceProbe> load_cached_probe(const std::string& cache_path, const std::string& device,
+                                             size_t alignment, uint64_t expert_bytes, const std::string& io_mode) {
+  if (cache_path.empty()) return std::nullopt;
+  for (const auto& j : read_cache(cache_path)) {
+    try {
+      DeviceProbe p = from_json(j);
+      if (same_entry(p, device, alignment, expert_bytes, io_mode) && !p.points.empty()) return p;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "les: ignoring an entry of the device probe cache %s (%s)\n", cache_path.c_str(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void save_cached_probe(const std::string& cache_path, const DeviceProbe& p) {
+  if (cache_path.empty()) throw Error("no place for the device probe cache: set LES_PROBE_CACHE or HOME");
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& j : read_cache(cache_path)) {
+    try {
+      if (same_entry(from_json(j), p.device, p.alignment, p.expert_bytes, p.io_mode)) continue;
+    } catch (const std::exception&) {
+      continue;  // a malformed entry is dropped
+    }
+    entries.push_back(j);
+  }
+  entries.push_back(to_json(p));
+  const nlohmann::json doc = {{"version", 1}, {"probes", entries}};
+  const std::string text = doc.dump(1) + "\n";
+  const std::filesystem::path dir = std::filesystem::path(cache_path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(strfmt("cannot create %s for the device probe cache: %s", dir.c_str(), ec.message().c_str()));
+  write_file_atomic(cache_path, text.data(), text.size());
+}
+
+std::string format_probe(const DeviceProbe& p) {
+  std::vector<int> depths;
+  std::vector<std::pair<uint64_t, bool>> rows;
+  for (const ProbePoint& x : p.points) {
+    if (std::find(depths.begin(), depths.end(), x.queue_depth) == depths.end()) depths.push_back(x.queue_depth);
+    const std::pair<uint64_t, bool> r{x.request_bytes, x.whole_expert};
+    if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+  }
+  std::string s = strfmt("device probe of %s (%s, %s, expert %.2f MiB, %.1f s): MB/s sustained / burst after idle, "
+                         "median latency\n",
+                         p.file.c_str(), p.device.c_str(), p.io_mode.c_str(), p.expert_bytes / 1048576.0, p.seconds);
+  s += strfmt("%-16s", "request");
+  for (int d : depths) s += strfmt(" | %-22s", strfmt("qd %d", d).c_str());
+  s += "\n";
+  for (const auto& [bytes, whole] : rows) {
+    s += strfmt("%-16s", whole ? strfmt("expert %.2fM", bytes / 1048576.0).c_str() : strfmt("%llu KiB", static_cast<unsigned long long>(bytes >> 10)).c_str());
+    for (int d : depths) {
+      const ProbePoint* x = whole ? p.find_whole(d) : p.find(bytes, d);
+      s += x ? strfmt(" | %5.0f / %5.0f %6.0fus", x->sustained_mbs, x->burst_mbs, x->latency_us) : strfmt(" | %-22s", "-");
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+std::string probe_json(const DeviceProbe& p) { return to_json(p).dump(1) + "\n"; }
+
+}  // namespace les::storage

@@ -1,0 +1,103 @@
+// The device probe: what a storage device delivers for one model's expert reads, as a grid of
+// request size x queue depth, measured in a burst after idle and sustained. It answers two
+// questions the streaming engine cannot answer from its own runs:
+//   - the ceiling: the most bytes per second the device gives at the engine's queue depth, so
+//     that "of ceiling" says how close a schedule is to the limit (above ~105% is a bug);
+//   - read shaping: whether an expert's extent reads faster whole or as N aligned chunks in flight
+//     at once (`--read-chunk auto`).
+// Probes are cached per device, file system and extent size (probing takes seconds), in a JSON
+// file (probe_cache_path()); `les probe --refresh` or `--probe-refresh` measure again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "les/storage/io.h"
+
+namespace les::storage {
+
+struct ProbePoint {
+  uint64_t request_bytes = 0;  // bytes per request (one op, or a whole expert's ops)
+  bool whole_expert = false;   // the request is one whole expert, as the engine reads it unchunked
+  int queue_depth = 0;         // requests in flight
+  double burst_mbs = 0;        // MB/s (1e6 bytes) over the first requests after an idle pause
+  double sustained_mbs = 0;    // MB/s over the rest of the point
+  double latency_us = 0;       // median request latency, sustained
+};
+
+struct DeviceProbe {
+  std::string device;       // device_key() of the file probed
+  std::string file;         // the file whose extents were read (for messages)
+  uint64_t expert_bytes = 0;  // one expert's read bytes (the largest request)
+  size_t alignment = 0;
+  std::string io_mode;      // backend used
+  double probed_at = 0;     // Unix time
+  double seconds = 0;       // time the probe took
+  std::vector<ProbePoint> points;
+
+  // The best bandwidth (MB/s) with at most max_queue_depth requests in flight: the largest of the
+  // burst and sustained figures of every point within that depth. 0 when no point is.
+  double ceiling_mbs(int max_queue_depth) const;
+  // The point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
+  const ProbePoint* find(uint64_t request_bytes, int queue_depth) const;
+  const ProbePoint* find_whole(int queue_depth) const;
+};
+
+// Read shaping from a probe: the chunk size (0 = whole extents) that reads experts fastest when
+// `experts_in_flight` experts are read at once with at most `queue_depth` ops in the device.
+// Chunk c splits an expert into ceil(expert_bytes / c) ops, so the ops in flight are
+// min(queue_depth, experts_in_flight x that); its merit is the mean of the burst and sustained
+// bandwidth of the probe point with that size and the deepest probed depth within those ops.
+// A chunk size must beat whole reads by `min_gain` (a fraction) to be chosen.
+struct ChunkChoice {
+  uint64_t chunk = 0;         // 0: whole extents
+  double whole_mbs = 0;       // merit of whole reads
+  double chosen_mbs = 0;      // merit of the choice
+};
+ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain = 0.05);
+
+struct ProbeOptions {
+  // Request sizes besides the whole expert (multiples of the file's alignment; sizes not below
+  // the largest extent are dropped). Empty: 64 KiB and an eighth, a quarter and half of the
+  // expert (aligned down).
+  std::vector<uint64_t> sizes;
+  std::vector<int> depths{1, 4, 8, 16, 32};
+  double point_seconds = 0.25;  // per point, after its idle pause
+  double idle_seconds = 0.15;   // pause before each point (the burst follows it)
+  IoMode io_mode = IoMode::uring;
+  IoOptions io{};               // fake-backend device model and faults (io_mode fake)
+  std::function<void(size_t done, size_t total)> progress;  // per point
+};
+
+// One expert's reads: the aligned extents of its tensors, in file order.
+using ExpertExtents = std::vector<AlignedExtent>;
+
+// Measures `file` with reads of the given experts' extents (random experts; requests smaller
+// than an extent read a random aligned window of it). Throws les::Error when a read fails or
+// there is nothing to read.
+DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<ExpertExtents>& experts,
+                         const ProbeOptions& opt);
+
+// "dev M:m fs 0xTYPE" for the file system holding path (the cache key's device part).
+std::string device_key(const std::string& path);
+
+// The cache file: $LES_PROBE_CACHE, else $XDG_CACHE_HOME/les/device-probes.json, else
+// $HOME/.cache/les/device-probes.json ("" when none of these is set).
+std::string probe_cache_path();
+// The cached probe for (device, alignment, expert_bytes, io_mode), if any. A cache file that
+// cannot be read or parsed counts as empty (a warning on stderr), never as an error.
+std::optional<DeviceProbe> load_cached_probe(const std::string& cache_path, const std::string& device,
+                                             size_t alignment, uint64_t expert_bytes, const std::string& io_mode);
+// Adds or replaces p's entry in the cache file (created with its directory; written atomically).
+// Throws les::Error when it cannot be written.
+void save_cached_probe(const std::string& cache_path, const DeviceProbe& p);
+
+// A human-readable table of the probe (sizes down, depths across: sustained / burst MB/s).
+std::string format_probe(const DeviceProbe& p);
+std::string probe_json(const DeviceProbe& p);
+
+}  // namespace les::storage

@@ -1,0 +1,262 @@
+// The device probe: it measures what a (fake) device model delivers, read shaping follows it,
+// its cache survives bad files and keeps other devices' entries, and the decode ceiling built on
+// it bounds what the engine achieves (above ~105% would mean the probe is wrong).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "les/engine/engine.h"
+#include "les/sched/io_probe.h"
+#include "les/storage/device_probe.h"
+#include "les/util/error.h"
+#include "test_util.h"
+
+namespace les {
+namespace {
+
+using les::test::tiny_moe_path;
+using storage::ChunkChoice;
+using storage::DeviceProbe;
+using storage::ProbePoint;
+
+std::string temp_dir() {
+  std::string t = (std::filesystem::temp_directory_path() / "les-probe-XXXXXX").string();
+  if (!::mkdtemp(t.data())) throw Error("mkdtemp failed");
+  return t;
+}
+
+// 32 experts of three 128 KiB extents over a 16 MiB in-memory file with 4 KiB alignment.
+std::vector<storage::ExpertExtents> synthetic_experts() {
+  std::vector<storage::ExpertExtents> ex;
+  for (uint64_t e = 0; e < 32; ++e) {
+    storage::ExpertExtents x;
+    for (uint64_t j = 0; j < 3; ++j) x.push_back({((e * 3 + j) % 120) * (128 << 10), 128 << 10, 0});
+    ex.push_back(x);
+  }
+  return ex;
+}
+
+TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
+  auto file = storage::make_memory_file(std::vector<uint8_t>(16 << 20, 7), "fake device", 4096);
+  storage::ProbeOptions po;
+  po.io_mode = storage::IoMode::fake;
+  po.io.fake.latency = std::chrono::microseconds(300);
+  po.io.fake.op_mbs = 100;      // one op: 300 us + 1.31 ms per 128 KiB
+  po.io.fake.device_mbs = 600;  // all ops together
+  po.depths = {1, 4, 16};
+  po.point_seconds = 0.15;
+  po.idle_seconds = 0.01;
+  size_t calls = 0, total = 0;
+  po.progress = [&](size_t done, size_t t) {
+    ++calls;
+    total = t;
+    EXPECT_EQ(done, calls);
+  };
+  const DeviceProbe p = storage::probe_device(file, synthetic_experts(), po);
+  EXPECT_EQ(p.expert_bytes, 3u * (128 << 10));
+  EXPECT_EQ(calls, total);
+  // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole.
+  EXPECT_EQ(p.points.size(), 4u * 3u);
+  ASSERT_NE(p.find_whole(1), nullptr);
+  ASSERT_NE(p.find(64 << 10, 1), nullptr);
+  EXPECT_EQ(p.find(192 << 10, 1), nullptr);
+  // One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s (sleeps only overshoot).
+  EXPECT_GT(p.find(64 << 10, 1)->sustained_mbs, 40);
+  EXPECT_LT(p.find(64 << 10, 1)->sustained_mbs, 75);
+  // Whole experts one at a time: three ops in parallel, 384 KiB per 1.61 ms = 244 MB/s.
+  EXPECT_GT(p.ceiling_mbs(1), 150);
+  EXPECT_LT(p.ceiling_mbs(1), 265);
+  // Deep queues reach the device's 600 MB/s, never more.
+  EXPECT_GT(p.ceiling_mbs(16), 420);
+  EXPECT_LT(p.ceiling_mbs(16), 640);
+  EXPECT_GT(p.find_whole(16)->latency_us, p.find_whole(1)->latency_us);
+  // Two experts at a time with 16 ops: chunks (8 ops per expert) beat whole reads (3 ops).
+  const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
+  EXPECT_GT(c.chunk, 0u);
+  EXPECT_LT(c.chunk, p.expert_bytes);
+  EXPECT_GT(c.chosen_mbs, 1.5 * c.whole_mbs);
+  const std::string table = storage::format_probe(p);
+  EXPECT_NE(table.find("qd 16"), std::string::npos) << table;
+  EXPECT_NE(table.find("expert 0.38M"), std::string::npos) << table;
+}
+
+TEST(DeviceProbe, BadInputIsAClearError) {
+  auto file = storage::make_memory_file(std::vector<uint8_t>(1 << 20, 1), "small", 4096);
+  storage::ProbeOptions po;
+  po.io_mode = storage::IoMode::fake;
+  EXPECT_THROW(storage::probe_device(file, {}, po), Error);
+  po.sizes = {5000};
+  std::vector<storage::ExpertExtents> ex{{{0, 64 << 10, 0}}};
+  EXPECT_THROW(storage::probe_device(file, ex, po), Error);
+  po.sizes = {};
+  po.depths = {0};
+  EXPECT_THROW(storage::probe_device(file, ex, po), Error);
+  // A read past the end of the file fails the probe with the backend's message.
+  po.depths = {1};
+  po.point_seconds = 0.01;
+  std::vector<storage::ExpertExtents> past{{{2 << 20, 64 << 10, 0}}};
+  EXPECT_THROW(storage::probe_device(file, past, po), Error);
+}
+
+ProbePoint pt(uint64_t bytes, bool whole, int qd, double mbs) {
+  ProbePoint p;
+  p.request_bytes = bytes;
+  p.whole_expert = whole;
+  p.queue_depth = qd;
+  p.burst_mbs = p.sustained_mbs = mbs;
+  return p;
+}
+
+TEST(DeviceProbe, ReadShapingFollowsTheProbe) {
+  DeviceProbe p;
+  p.expert_bytes = 1 << 20;
+  p.points = {pt(1 << 20, true, 1, 1000), pt(1 << 20, true, 4, 2000), pt(1 << 20, true, 8, 2100),
+              pt(256 << 10, false, 1, 400), pt(256 << 10, false, 4, 1500), pt(256 << 10, false, 8, 3000)};
+  // 4 experts in flight, 8 ops: whole at depth 4 (2000) vs 256 KiB chunks at depth 8 (3000).
+  ChunkChoice c = storage::choose_read_chunk(p, 4, 8);
+  EXPECT_EQ(c.chunk, 256u << 10);
+  EXPECT_DOUBLE_EQ(c.whole_mbs, 2000);
+  EXPECT_DOUBLE_EQ(c.chosen_mbs, 3000);
+  // A gain below min_gain keeps whole reads.
+  EXPECT_EQ(storage::choose_read_chunk(p, 4, 8, 0.6).chunk, 0u);
+  // Only 4 ops allowed: chunks run at depth 4 (1500), whole experts too (2000).
+  c = storage::choose_read_chunk(p, 4, 4);
+  EXPECT_EQ(c.chunk, 0u);
+  EXPECT_DOUBLE_EQ(c.chosen_mbs, 2000);
+  // One expert in flight, 8 ops: 4 chunks of it run at depth 4 (1500) against whole at depth 1.
+  c = storage::choose_read_chunk(p, 1, 8);
+  EXPECT_EQ(c.chunk, 256u << 10);
+  EXPECT_DOUBLE_EQ(c.whole_mbs, 1000);
+  // The ceiling: the best of every point within the depth.
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(1), 1000);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 3000);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(0), 0);
+}
+
+TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
+  const std::string dir = temp_dir();
+  const std::string cache = dir + "/sub/probes.json";
+  DeviceProbe a;
+  a.device = "dev 8:1 fs 0xef53";
+  a.file = "/models/a.gguf";
+  a.expert_bytes = 1 << 20;
+  a.alignment = 4096;
+  a.io_mode = "uring";
+  a.points = {pt(1 << 20, true, 1, 1000), pt(64 << 10, false, 4, 800)};
+  DeviceProbe b = a;
+  b.device = "dev 259:0 fs 0x9123683e";
+  b.points = {pt(1 << 20, true, 1, 3000)};
+  EXPECT_FALSE(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring").has_value());  // no file yet
+  storage::save_cached_probe(cache, a);
+  storage::save_cached_probe(cache, b);
+  auto got = storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring");
+  ASSERT_TRUE(got.has_value());
+  ASSERT_EQ(got->points.size(), 2u);
+  EXPECT_DOUBLE_EQ(got->points[1].burst_mbs, 800);
+  EXPECT_EQ(got->points[1].request_bytes, 64u << 10);
+  EXPECT_FALSE(storage::load_cached_probe(cache, a.device, 4096, 2 << 20, "uring").has_value());  // other size
+  EXPECT_FALSE(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "pread").has_value());  // other backend
+  // Saving a again replaces its entry and keeps b's.
+  a.points[0].sustained_mbs = 1234;
+  storage::save_cached_probe(cache, a);
+  EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring")->points[0].sustained_mbs, 1234);
+  EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, b.device, 4096, 1 << 20, "uring")->points[0].burst_mbs, 3000);
+  // A corrupt cache is ignored (a warning), and the next save rewrites it.
+  for (const char* junk : {"{not json", "[1, 2, 3]", "{\"version\": 1, \"probes\": [{\"device\": 5}]}",
+                           "{\"version\": 1, \"probes\": [{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", "
+                           "\"expert_bytes\": 1048576, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
+                           "\"seconds\": 1, \"points\": [{\"request_bytes\": 0, \"whole_expert\": true, \"queue_depth\": "
+                           "1, \"burst_mbs\": 1, \"sustained_mbs\": 1, \"latency_us\": 1}]}]}"}) {
+    std::ofstream(cache) << junk;
+    EXPECT_FALSE(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring").has_value()) << junk;
+    storage::save_cached_probe(cache, b);
+    EXPECT_TRUE(storage::load_cached_probe(cache, b.device, 4096, 1 << 20, "uring").has_value()) << junk;
+  }
+  // A cache whose directory cannot be made: a clear error naming it.
+  const std::string blocker = dir + "/a-file";
+  std::ofstream(blocker) << "x";
+  try {
+    storage::save_cached_probe(blocker + "/probes.json", a);
+    FAIL() << "saving under a regular file did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a-file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(storage::save_cached_probe("", a), Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DeviceProbe, CeilingArithmetic) {
+  // 10 tokens in 1 s, 50 MB read at 100 MB/s (0.05 s/token), 0.4 s waiting for reads.
+  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, 100);
+  EXPECT_DOUBLE_EQ(c.mb_per_token, 5);
+  EXPECT_DOUBLE_EQ(c.t_io_s, 0.05);
+  EXPECT_DOUBLE_EQ(c.t_compute_s, 0.06);
+  EXPECT_NEAR(c.ceiling_tps, 1 / 0.06, 1e-9);
+  EXPECT_NEAR(c.of_ceiling, 0.6, 1e-9);
+  EXPECT_EQ(io_ceiling(1, 0, 1, 0, 100).ceiling_tps, 0);  // no tokens: no ceiling
+  EXPECT_NE(format_io_ceiling(c, 8).find("60% of it"), std::string::npos) << format_io_ceiling(c, 8);
+}
+
+// The engine on a fake device: --read-chunk auto picks chunks where the device serves parallel
+// ops faster, the output stays bit-identical, and the decode ceiling from the probe bounds the
+// decode speed the engine reaches (<= 105%).
+TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  EngineOptions o;
+  o.model_path = tiny_moe_path();
+  o.context.n_ctx = 256;
+  EngineRequest req;
+  req.n_predict = 24;
+  req.sampling.temp = 0;
+  Engine resident(o);
+  const std::vector<int32_t> ids = resident.tokenize("In the beginning God created the heaven and the earth.", false);
+  const EngineResult want = resident.generate(ids, req, nullptr);
+
+  o.mem = 64ull << 20;
+  o.streaming.io_mode = storage::IoMode::fake;
+  o.streaming.io.fake.latency = std::chrono::microseconds(50);
+  o.streaming.io.fake.op_mbs = 100;
+  o.streaming.io.fake.device_mbs = 1000;
+  o.streaming.read_chunk_auto = true;
+  o.probe_quick = true;
+  Engine e(o);
+  ASSERT_NE(e.device_probe(), nullptr);
+  EXPECT_FALSE(e.device_probe_cached());
+  EXPECT_GT(e.read_chunk(), 0u) << storage::format_probe(*e.device_probe());
+  EXPECT_GT(e.io_ceiling_mbs(), 0);
+
+  StreamingExperts* ex = e.experts();
+  ASSERT_NE(ex, nullptr);
+  uint64_t bytes0 = 0;
+  double stall0 = 0, t0 = 0;
+  bool first = true;
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  req.on_token = [&](int32_t) {
+    if (!first) return;
+    const LayerStreamStats t = ex->stats().total();
+    bytes0 = t.bytes_demand + t.bytes_prefetch;
+    stall0 = t.stall_s;
+    t0 = now();
+    first = false;
+  };
+  const EngineResult got = e.generate(ids, req, nullptr);
+  const double secs = now() - t0;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.stats.final_logits_hash, want.stats.final_logits_hash);
+  const LayerStreamStats t = ex->stats().total();
+  ASSERT_GT(t.bytes_demand + t.bytes_prefetch, bytes0) << "the decode read nothing: no ceiling to check";
+  const IoCeiling c = io_ceiling(t.bytes_demand + t.bytes_prefetch - bytes0, t.stall_s - stall0, secs,
+                                 static_cast<uint64_t>(got.n_generated - 1), e.io_ceiling_mbs());
+  std::printf("%s", format_io_ceiling(c, o.streaming.queue_depth).c_str());
+  EXPECT_GT(c.t_io_s, 0);
+  EXPECT_LE(c.of_ceiling, 1.05) << format_io_ceiling(c, o.streaming.queue_depth) << storage::format_probe(*e.device_probe());
+}
+
+}  // namespace
+}  // namespace les
