@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "les/bench/disk_probe.h"
+#include "les/sched/io_probe.h"
 #include "les/model/context.h"
 #include "les/sched/budget.h"
 #include "les/sched/stream_report.h"
@@ -166,10 +166,14 @@ Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std:
 }
 
 
-// Disk bandwidth for this model's expert reads: random experts, the same reads the cache issues,
-// queue depth qd, for ~1.5 s.
+// Disk bandwidth for this model's expert reads: the device probe's best at the runs' queue depth
+// (sched/io_probe.h; cached per device, measured when not cached).
 double measure_disk_mbs(const Model& m, const Args& a) {
-  return bench::measure_expert_read_mbs(m, a.io, a.queue_depth, 1.5);
+  IoProbeOptions po;
+  po.io_mode = a.io;
+  const IoProbeResult r = probe_model_io(m, po);
+  std::fprintf(stderr, "%s", storage::format_probe(r.probe).c_str());
+  return r.probe.ceiling_mbs(a.queue_depth);
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ int cmd_bench(int argc, char** argv) {
           {{"--json"}, true, "write the results as JSON", "FILE"},
           {{"--png"}, true, "draw our ratios beside the published ones (needs gnuplot)", "FILE"},
           {{"--work-dir"}, true, "where temporary packed files go (default: next to --json/--md/--png, else the current directory)", "DIR"},
+          {{"--probe-refresh"}, false, "measure the disk again for the ceilings (the device probe is cached per device)"},
           {{"--quick"}, false, "about a minute on a small model: 25% cache share, a draft model found next to the "
                                "model (*draft*.gguf) as the speculation row"},
           {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
@@ -85,6 +86,9 @@ int cmd_bench(int argc, char** argv) {
   else throw Error("give the memory budget with --mem SIZE (or --quick)");
   if (a.has("--mem") && o.mem == 0) throw Error("--mem must be > 0");
   o.threads = static_cast<int>(a.i64("--threads", 2));
+  // --quick: a short device probe of its own (the ceilings' bandwidth), not the cached full one.
+  o.quick_probe = quick;
+  o.probe_refresh = a.has("--probe-refresh");
   o.n_gen = static_cast<int>(a.i64("--n-predict", quick ? 128 : 64));
   o.prompt_tokens = static_cast<int>(a.i64("--prompt-tokens", 64));
   o.reps = static_cast<int>(a.i64("--reps", 3));

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "les/bench/child.h"
-#include "les/bench/disk_probe.h"
+#include "les/sched/io_probe.h"
 #include "les/bench/run_row.h"
 #include "les/bench/stats.h"
 #include "les/gguf/gguf.h"
@@ -33,7 +33,6 @@ namespace les::bench {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kDiskProbeSeconds = 1.0;
 constexpr int kDiskProbeQueueDepth = 8;
 
 double now_s() {
@@ -199,7 +198,11 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
       const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slot);  // throws: budget too small
       p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
     }
-    p.disk_mbs = measure_expert_read_mbs(*model, storage::IoMode::uring, kDiskProbeQueueDepth, kDiskProbeSeconds);
+    IoProbeOptions po;
+    po.quick = o.quick_probe;
+    po.refresh = o.probe_refresh;
+    po.progress = o.progress;
+    p.disk_mbs = probe_model_io(*model, po).probe.ceiling_mbs(kDiskProbeQueueDepth);
     std::string s(sizeof p + toks.size() * sizeof(int32_t), '\0');
     std::memcpy(s.data(), &p, sizeof p);
     if (!toks.empty()) std::memcpy(s.data() + sizeof p, toks.data(), toks.size() * sizeof(int32_t));
@@ -615,11 +618,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                          : s.plan.file == o.model ? rep.disk_mbs_original
                          : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
                                                                    : rep.disk_mbs_packed;
-    // The larger of the probe's bandwidth and the one the row's own reads had while busy: a 1 s
-    // probe can fall on a slow spell of a throttled (virtual) disk, and a ceiling below what the
-    // row itself got from the disk would not bound it.
-    const double disk = std::isnan(probe) ? probe : std::max(probe, std::isnan(r.disk_busy_mbs) ? 0.0 : r.disk_busy_mbs);
-    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, disk * 1e6, compute_s[s.group]);
+    // The device probe's best bandwidth at the rows' queue depth (bursts after idle included): a
+    // row above ~105% of its ceiling read faster than the probe says the device can.
+    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, probe * 1e6, compute_s[s.group]);
     r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
   }
   const RowResult* base = nullptr;
@@ -652,8 +653,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                       "the file it streams; peak RSS, load time and time to first token are that process's own "
                       "(wait4). TTFT = load + prefill + first token.");
   rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
-                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (the larger "
-                             "of a probe with direct I/O at queue depth %d and the row's own reads while busy); t_compute = %.2f ms per token, %s%s. The +speculation row's "
+                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (the device "
+                             "probe's best at queue depth <= %d, burst after idle or sustained: les probe shows it); t_compute = %.2f ms per token, %s%s. The +speculation row's "
                              "compute term is plain decoding's, so speculation can pass 100%%.",
                              kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str(),
                              mixed_runs ? strfmt("; for the mixed file's rows %.2f ms per token (%s)",

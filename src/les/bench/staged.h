@@ -41,6 +41,10 @@ struct BenchOptions {
   std::string work_dir;         // where temporary packed files go ("" = the current directory)
   bool tty = false;             // progress as one line redrawn with \r (else one line per run)
   bool progress = true;         // progress on stderr
+  // The device probe behind the ceilings (sched/io_probe.h): cached per device unless quick_probe
+  // (a short, uncached one, for --quick); probe_refresh measures again.
+  bool quick_probe = false;
+  bool probe_refresh = false;
 };
 
 // One row's medians over the counted repeats (NaN where a column does not apply).
@@ -77,7 +81,8 @@ struct BenchReport {
   uint64_t mem = 0;
   double cache_share = 0;       // the baseline row's
   int threads = 0, n_prompt = 0, n_gen = 0, reps = 0;
-  double disk_mbs_original = 0, disk_mbs_packed = 0, disk_mbs_mixed = 0;  // expert reads, direct I/O
+  // The device probe's best MB/s at the rows' queue depth for each file's expert reads.
+  double disk_mbs_original = 0, disk_mbs_packed = 0, disk_mbs_mixed = 0;
   double compute_ms_per_token = 0;  // the ceiling's compute term (the original weights)
   double compute_ms_per_token_mixed = 0;  // ... of the mixed file's rows (NaN when none ran)
   std::string compute_source;   // where it came from
