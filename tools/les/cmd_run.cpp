@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -86,12 +88,25 @@ int cmd_run(int argc, char** argv) {
   };
   auto stall_s = [&] { return experts ? experts->stats().total().stall_s : 0.0; };
   auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  // CPU time of this (the decoding) thread and of the whole process, user and system.
+  struct Cpu {
+    double thread_user = 0, thread_sys = 0, proc_user = 0, proc_sys = 0;
+  };
+  auto cpu = [] {
+    auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    rusage th{}, pr{};
+    ::getrusage(RUSAGE_THREAD, &th);
+    ::getrusage(RUSAGE_SELF, &pr);
+    return Cpu{secs(th.ru_utime), secs(th.ru_stime), secs(pr.ru_utime), secs(pr.ru_stime)};
+  };
+  Cpu cpu_at_first;
   // The decode interval (for the ceiling): from the first generated token to the last.
   req.on_token = [&](int32_t) {
     if (!first) return;
     bytes_at_first = bytes_read();
     stall_at_first = stall_s();
     time_at_first = now();
+    cpu_at_first = cpu();
     first = false;
   };
   const EngineResult r = engine.generate(ids, req, [&](std::string_view piece) {
@@ -123,6 +138,13 @@ int cmd_run(int argc, char** argv) {
         const IoCeiling c = io_ceiling(bytes_read() - bytes_at_first, stall_s() - stall_at_first, secs,
                                        static_cast<uint64_t>(st.n_generated - 1), engine.io_ceiling_mbs());
         std::fprintf(stderr, "%s", format_io_ceiling(c, engine.options().streaming.queue_depth).c_str());
+        const Cpu c1 = cpu();
+        const double n = static_cast<double>(st.n_generated - 1);
+        std::fprintf(stderr,
+                     "CPU per decoded token: decoding thread %.2f ms user + %.2f ms system; whole process %.2f ms user "
+                     "+ %.2f ms system\n",
+                     1e3 * (c1.thread_user - cpu_at_first.thread_user) / n, 1e3 * (c1.thread_sys - cpu_at_first.thread_sys) / n,
+                     1e3 * (c1.proc_user - cpu_at_first.proc_user) / n, 1e3 * (c1.proc_sys - cpu_at_first.proc_sys) / n);
       }
       if (const storage::DeviceProbe* p = engine.device_probe()) {
         std::fprintf(stderr, "device probe: %s (%s%s), %s\n", p->device.c_str(),

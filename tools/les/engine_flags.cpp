@@ -35,6 +35,8 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--read-chunk"}, true, "with --mem: read each expert as aligned chunks of at most SIZE in flight at once "
                                "(e.g. 512K; default 0 = one read per extent), or auto: chunks where the device "
                                "probe says they read faster", "SIZE|auto"},
+      {{"--no-register-buffers"}, false, "with --mem and --io uring: do not register the expert cache as io_uring "
+                                         "fixed buffers (READ_FIXED)"},
       {{"--probe-refresh"}, false, "with --mem: measure the disk again (the device probe is cached per device and "
                                    "file system; les probe shows it)"},
       {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
@@ -107,6 +109,7 @@ EngineOptions engine_options_from(const Args& a) {
         so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
       }
     }
+    so.register_buffers = !a.has("--no-register-buffers");
     o.probe_refresh = a.has("--probe-refresh");
     o.probe_io = o.probe_refresh;
     so.refine = !a.has("--no-refine");
@@ -119,7 +122,7 @@ EngineOptions engine_options_from(const Args& a) {
   } else {
     for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
                           "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2",
-                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk", "--probe-refresh"}) {
+                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk", "--probe-refresh", "--no-register-buffers"}) {
       if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
     }
   }

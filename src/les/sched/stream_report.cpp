@@ -74,6 +74,12 @@ std::string format_stream_table(const StreamStats& st, const RunSummary& run) {
               static_cast<unsigned long long>(st.io.syscalls), static_cast<double>(st.io.bytes) / 1e6, io_mbs,
               st.io.max_in_flight, static_cast<unsigned long long>(st.io.retries),
               static_cast<unsigned long long>(st.io.errors));
+  if (st.registered_bytes) {
+    s += strfmt("registered buffers: %.1f MiB of expert slots, %llu of the reads READ_FIXED\n", st.registered_bytes / 1048576.0,
+                static_cast<unsigned long long>(st.io.fixed_reads));
+  } else if (!st.register_note.empty()) {
+    s += "registered buffers: none (" + st.register_note + ")\n";
+  }
   s += strfmt("decode %.2f tok/s | prompt %.2f tok/s | peak RSS %.1f MiB", run.decode_tps, run.prompt_tps,
               run.peak_rss / 1048576.0);
   if (run.budget) s += strfmt(" (budget %.1f MiB)", run.budget / 1048576.0);
@@ -104,10 +110,12 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
   s += "  ],\n  \"total\": " + obj(st.total()) + ",\n";
   const double io_mbs = st.io.busy_us ? static_cast<double>(st.io.bytes) / static_cast<double>(st.io.busy_us) : 0.0;
   s += strfmt("  \"io\": {\"reads\": %llu, \"requests\": %llu, \"bytes\": %llu, \"busy_s\": %.6f, \"mb_per_s\": %.1f, "
-              "\"max_in_flight\": %u, \"retries\": %llu, \"errors\": %llu},\n",
+              "\"max_in_flight\": %u, \"retries\": %llu, \"errors\": %llu, \"fixed_reads\": %llu, "
+              "\"registered_bytes\": %llu},\n",
               (unsigned long long)st.io.syscalls, (unsigned long long)st.io.requests, (unsigned long long)st.io.bytes,
               st.io.busy_us / 1e6, io_mbs, st.io.max_in_flight, (unsigned long long)st.io.retries,
-              (unsigned long long)st.io.errors);
+              (unsigned long long)st.io.errors, (unsigned long long)st.io.fixed_reads,
+              (unsigned long long)st.registered_bytes);
   s += "  \"slot_classes\": [";
   for (size_t i = 0; i < st.slot_classes.size(); ++i) {
     s += strfmt("%s{\"slot_bytes\": %llu, \"slots\": %d}", i ? ", " : "",

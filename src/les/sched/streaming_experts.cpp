@@ -105,6 +105,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   withheld_.assign(class_plan_.size(), 0);
   uint64_t offset = 0;
   size_t si = 0;
+  std::vector<std::pair<uint8_t*, size_t>> active_regions;
   for (size_t c = 0; c < class_plan_.size(); ++c) {
     const SlotClassPlan& cp = class_plan_[c];
     for (int l : cp.layers) layer_pool_[static_cast<size_t>(l)] = static_cast<int>(c);
@@ -127,7 +128,13 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
     const int active = cp.n_slots - withheld_[c];
     arena_.populate(static_cast<size_t>(slots_[pools_[c].first].data - arena_.data()),
                     static_cast<size_t>(active) * cp.slot_bytes);
+    if (active > 0) active_regions.emplace_back(slots_[pools_[c].first].data, static_cast<size_t>(active) * cp.slot_bytes);
     stats_.slot_classes.emplace_back(cp.slot_bytes, active);
+  }
+  // Registered buffers: the slots in use now (withheld slots stay untouched, and read as before
+  // once released).
+  if (opt.register_buffers && !active_regions.empty()) {
+    stats_.registered_bytes = io_->register_buffers(active_regions, &stats_.register_note);
   }
   reset_pools();
   key_slot_.assign(n_xl * static_cast<size_t>(cfg_.n_expert), -1);

@@ -92,6 +92,9 @@ struct StreamingOptions {
   // where the probe says they read an expert faster than whole reads (by 5% or more), else 0.
   // Resolved by les::Engine (StreamingExperts itself reads read_chunk only).
   bool read_chunk_auto = false;
+  // io_uring: register the expert slots in use as fixed buffers (reads go as READ_FIXED, without
+  // the kernel pinning each read's pages). Falls back to plain reads when the kernel refuses.
+  bool register_buffers = true;
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file (direct unless naive)
   // Check every expert read against the checksum recorded by les pack (xxh3-64 of its bytes, on
   // the calling thread as the read completes). A mismatch is retried like a failed read, then
@@ -139,6 +142,8 @@ struct StreamStats {
   uint64_t slot_bytes = 0;      // the largest slot
   std::vector<std::pair<uint64_t, int>> slot_classes;  // (slot bytes, slots) per pool
   storage::IoCounters io{};
+  uint64_t registered_bytes = 0;  // expert slot bytes registered as io_uring fixed buffers
+  std::string register_note;      // why none were, when register_buffers was asked for
 };
 
 // Slot classes: a file whose layers hold experts of different types (mixed precision) needs slots

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace les::storage {
@@ -181,6 +182,7 @@ struct IoCounters {
   uint64_t busy_us = 0;      // wall time with at least one op in flight
   uint64_t busy_nonspec_us = 0;  // ... with at least one demand or prefetch op in flight
   uint32_t max_in_flight = 0;
+  uint64_t fixed_reads = 0;  // SQEs issued as READ_FIXED into registered buffers (uring)
 };
 
 enum class IoMode : uint8_t { uring, pread, naive, fake };
@@ -297,6 +299,18 @@ class IoEngine {
   // (pending() > 0) wait(...)` receives every completion.
   virtual size_t pending() const = 0;
   virtual IoCounters counters() const = 0;
+
+  // Registers memory that ops' destinations lie in (io_uring: IORING_REGISTER_BUFFERS; a read
+  // whose destination lies inside one region then goes as READ_FIXED, without the kernel pinning
+  // its pages on every read). Call before the first submit; the regions must stay mapped while the
+  // engine lives. Returns the bytes registered: 0 where the backend has no such thing or the
+  // kernel refused (e.g. RLIMIT_MEMLOCK for an unprivileged process; `why` then says so), and
+  // reads work as before.
+  virtual uint64_t register_buffers(const std::vector<std::pair<uint8_t*, size_t>>& regions, std::string* why) {
+    (void)regions;
+    if (why) *why = "this I/O backend has no registered buffers";
+    return 0;
+  }
 
   virtual IoMode mode() const = 0;
   virtual int queue_depth() const = 0;
