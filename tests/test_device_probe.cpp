@@ -66,21 +66,24 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   ASSERT_NE(p.find_whole(1), nullptr);
   ASSERT_NE(p.find(64 << 10, 1), nullptr);
   EXPECT_EQ(p.find(192 << 10, 1), nullptr);
-  // One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s (sleeps only overshoot).
-  EXPECT_GT(p.find(64 << 10, 1)->sustained_mbs, 40);
+  // The upper bounds are the model's; sleeps only overshoot, and a loaded machine (sanitizers,
+  // parallel tests) wakes them late, so the lower bounds are loose.
+  // One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s.
+  EXPECT_GT(p.find(64 << 10, 1)->sustained_mbs, 20);
   EXPECT_LT(p.find(64 << 10, 1)->sustained_mbs, 75);
   // Whole experts one at a time: three ops in parallel, 384 KiB per 1.61 ms = 244 MB/s.
-  EXPECT_GT(p.ceiling_mbs(1), 150);
+  EXPECT_GT(p.ceiling_mbs(1), 90);
   EXPECT_LT(p.ceiling_mbs(1), 265);
   // Deep queues reach the device's 600 MB/s, never more.
-  EXPECT_GT(p.ceiling_mbs(16), 420);
+  EXPECT_GT(p.ceiling_mbs(16), 250);
   EXPECT_LT(p.ceiling_mbs(16), 640);
+  EXPECT_GT(p.ceiling_mbs(16), 1.5 * p.ceiling_mbs(1));
   EXPECT_GT(p.find_whole(16)->latency_us, p.find_whole(1)->latency_us);
   // Two experts at a time with 16 ops: chunks (8 ops per expert) beat whole reads (3 ops).
   const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
   EXPECT_GT(c.chunk, 0u);
   EXPECT_LT(c.chunk, p.expert_bytes);
-  EXPECT_GT(c.chosen_mbs, 1.5 * c.whole_mbs);
+  EXPECT_GT(c.chosen_mbs, 1.3 * c.whole_mbs);
   const std::string table = storage::format_probe(p);
   EXPECT_NE(table.find("qd 16"), std::string::npos) << table;
   EXPECT_NE(table.find("expert 0.38M"), std::string::npos) << table;

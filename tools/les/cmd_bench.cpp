@@ -67,6 +67,7 @@ int cmd_bench(int argc, char** argv) {
           {{"--png"}, true, "draw our ratios beside the published ones (needs gnuplot)", "FILE"},
           {{"--work-dir"}, true, "where temporary packed files go (default: next to --json/--md/--png, else the current directory)", "DIR"},
           {{"--probe-refresh"}, false, "measure the disk again for the ceilings (the device probe is cached per device)"},
+          {{"--quick-probe"}, false, "a short device probe of its own for the ceilings (about 1 s, not cached; --quick implies it)"},
           {{"--quick"}, false, "about a minute on a small model: 25% cache share, a draft model found next to the "
                                "model (*draft*.gguf) as the speculation row"},
           {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
@@ -87,7 +88,7 @@ int cmd_bench(int argc, char** argv) {
   if (a.has("--mem") && o.mem == 0) throw Error("--mem must be > 0");
   o.threads = static_cast<int>(a.i64("--threads", 2));
   // --quick: a short device probe of its own (the ceilings' bandwidth), not the cached full one.
-  o.quick_probe = quick;
+  o.quick_probe = quick || a.has("--quick-probe");
   o.probe_refresh = a.has("--probe-refresh");
   o.n_gen = static_cast<int>(a.i64("--n-predict", quick ? 128 : 64));
   o.prompt_tokens = static_cast<int>(a.i64("--prompt-tokens", 64));

@@ -108,6 +108,7 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
     eo.mem = plan.mem;
     eo.streaming.schedule = plan.schedule;
     eo.streaming.io_mode = plan.io;
+    eo.streaming.read_chunk = plan.read_chunk;
     if (plan.oracle) {
       // The recording run: same prompt and generation, so the same routing (logits are identical
       // across schedules), by an engine of its own that is gone before the measured one loads.

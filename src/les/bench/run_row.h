@@ -32,6 +32,7 @@ struct RowPlan {
   std::string drafter_path;               // draft / dspark
   double acceptance = 0;                  // oracle drafter
   uint64_t mem = 0;                       // the budget (streamed runs)
+  uint64_t read_chunk = 0;                // read shaping (StreamingOptions::read_chunk)
 };
 
 struct RunInputs {

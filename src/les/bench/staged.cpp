@@ -124,7 +124,9 @@ struct FileProbe {
   int32_t n_layer = 0, n_expert = 0, n_embd = 0, n_vocab = 0;
   uint64_t expert_bytes_total = 0, file_bytes = 0;
   uint8_t packed = 0;
-  double disk_mbs = 0;       // direct I/O expert reads
+  double disk_mbs = 0;       // direct I/O expert reads: the device probe's best at the rows' depth
+  uint64_t read_chunk = 0;   // read shaping for lookahead rows on this file (0: whole reads)
+  double whole_mbs = 0, chunk_mbs = 0;  // the probe's merits of whole reads and of that chunk
   uint64_t mem = 0;          // the budget (original's probe)
   double cache_share = 0;    // the baseline's cache / expert bytes (original's probe)
 };
@@ -202,7 +204,15 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     po.quick = o.quick_probe;
     po.refresh = o.probe_refresh;
     po.progress = o.progress;
-    p.disk_mbs = probe_model_io(*model, po).probe.ceiling_mbs(kDiskProbeQueueDepth);
+    const storage::DeviceProbe dp = probe_model_io(*model, po).probe;
+    p.disk_mbs = dp.ceiling_mbs(kDiskProbeQueueDepth);
+    // Read shaping as --read-chunk auto would choose it for the direct-I/O lookahead rows.
+    StreamingOptions shaped;
+    shaped.queue_depth = kDiskProbeQueueDepth;
+    const storage::ChunkChoice cc = storage::choose_read_chunk(dp, experts_in_flight(shaped, *model), kDiskProbeQueueDepth);
+    p.read_chunk = cc.chunk;
+    p.whole_mbs = cc.whole_mbs;
+    p.chunk_mbs = cc.chosen_mbs;
     std::string s(sizeof p + toks.size() * sizeof(int32_t), '\0');
     std::memcpy(s.data(), &p, sizeof p);
     if (!toks.empty()) std::memcpy(s.data() + sizeof p, toks.data(), toks.size() * sizeof(int32_t));
@@ -218,6 +228,16 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     if (!prompt->empty()) std::memcpy(prompt->data(), out.payload.data() + sizeof p, prompt->size() * sizeof(int32_t));
   }
   return p;
+}
+
+std::string shaping_name(uint64_t chunk) {
+  return chunk ? strfmt("reads in chunks of %llu KiB", static_cast<unsigned long long>(chunk >> 10)) : "whole reads";
+}
+
+std::string shaping_note(const char* which, const FileProbe& p) {
+  return strfmt("Read shaping of the %s file's rows (--read-chunk auto, from the device probe): %s (whole reads %.0f MB/s%s).",
+                which, shaping_name(p.read_chunk).c_str(), p.whole_mbs,
+                p.read_chunk ? strfmt(", chunked %.0f MB/s", p.chunk_mbs).c_str() : "");
 }
 
 void same_shape(const FileProbe& a, const FileProbe& b, const std::string& what, const std::string& path,
@@ -301,6 +321,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   const bool spec_runs = want(RowKind::spec) && (o.spec_oracle >= 0 || !o.draft.empty());
   const bool need_packed = want(RowKind::loadopt) || (spec_runs && !spec_on_mixed);
 
+  uint64_t chunk_packed = 0, chunk_mixed = 0;  // read shaping of the direct-I/O rows, per file
   std::string packed_path = o.packed;
   if (need_packed) {
     if (packed_path.empty()) {
@@ -316,6 +337,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     if (!pk.packed) throw Error(strfmt("--packed file '%s' is not packed (make one with: les pack %s OUT)",
                                        packed_path.c_str(), o.model.c_str()));
     rep.disk_mbs_packed = pk.disk_mbs;
+    chunk_packed = pk.read_chunk;
+    rep.notes.push_back(shaping_note("packed", pk));
   }
   std::string mixed_path = o.mixed;
   if (mixed_runs) {
@@ -330,6 +353,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                                  o.mixed.c_str()));
     }
     rep.disk_mbs_mixed = mx.disk_mbs;
+    chunk_mixed = mx.read_chunk;
+    rep.notes.push_back(shaping_note("mixed", mx));
   }
 
   std::string drafter_kind;
@@ -401,7 +426,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.file = packed_path;
         p.io = storage::IoMode::uring;
         p.schedule = Schedule::lookahead;
-        r.how = "packed, direct I/O (io_uring), lookahead";
+        p.read_chunk = chunk_packed;
+        r.how = "packed, direct I/O (io_uring), lookahead, " + shaping_name(chunk_packed);
         break;
       case RowKind::mixed:
         if (!mixed_runs) {
@@ -411,7 +437,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.file = mixed_path;
         p.io = storage::IoMode::uring;
         p.schedule = Schedule::lookahead;
-        r.how = "mixed precision, packed, direct I/O, lookahead";
+        p.read_chunk = chunk_mixed;
+        r.how = "mixed precision, packed, direct I/O, lookahead, " + shaping_name(chunk_mixed);
         r.hash_group = 1;
         break;
       case RowKind::spec:
@@ -421,6 +448,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         }
         p.file = spec_on_mixed ? mixed_path : packed_path;
         p.io = storage::IoMode::uring;
+        p.read_chunk = spec_on_mixed ? chunk_mixed : chunk_packed;
         p.schedule = Schedule::lookahead;
         p.drafter = drafter_kind;
         p.drafter_path = o.draft;
