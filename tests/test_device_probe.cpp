@@ -60,6 +60,7 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   };
   const DeviceProbe p = storage::probe_device(file, synthetic_experts(), po);
   EXPECT_EQ(p.expert_bytes, 3u * (128 << 10));
+  EXPECT_EQ(p.expert_extents, 3);
   EXPECT_EQ(calls, total);
   // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole.
   EXPECT_EQ(p.points.size(), 4u * 3u);
@@ -71,13 +72,16 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   // One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s.
   EXPECT_GT(p.find(64 << 10, 1)->sustained_mbs, 20);
   EXPECT_LT(p.find(64 << 10, 1)->sustained_mbs, 75);
-  // Whole experts one at a time: three ops in parallel, 384 KiB per 1.61 ms = 244 MB/s.
-  EXPECT_GT(p.ceiling_mbs(1), 90);
-  EXPECT_LT(p.ceiling_mbs(1), 265);
+  // One op in flight: at most the 96 KiB op's 96 KiB per 1.28 ms = 77 MB/s.
+  EXPECT_LT(p.ceiling_mbs(1), 80);
+  // Whole experts one at a time are three ops in parallel: 384 KiB per 1.61 ms = 244 MB/s.
+  EXPECT_EQ(p.ops_of(*p.find_whole(4)), 12);
+  EXPECT_GT(p.ceiling_mbs(3), 90);
+  EXPECT_LT(p.ceiling_mbs(3), 265);
   // Deep queues reach the device's 600 MB/s, never more.
   EXPECT_GT(p.ceiling_mbs(16), 250);
   EXPECT_LT(p.ceiling_mbs(16), 640);
-  EXPECT_GT(p.ceiling_mbs(16), 1.5 * p.ceiling_mbs(1));
+  EXPECT_GT(p.ceiling_mbs(16), 1.5 * p.ceiling_mbs(3));
   EXPECT_GT(p.find_whole(16)->latency_us, p.find_whole(1)->latency_us);
   // Two experts at a time with 16 ops: chunks (8 ops per expert) beat whole reads (3 ops).
   const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
@@ -140,6 +144,13 @@ TEST(DeviceProbe, ReadShapingFollowsTheProbe) {
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(1), 1000);
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 3000);
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(0), 0);
+  // An original GGUF: a whole expert is three reads, so whole experts at depth 4 need 12 ops.
+  p.expert_extents = 3;
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(4), 1500);  // whole at depth 1 (3 ops) or 256 KiB at depth 4
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(12), 3000);
+  c = storage::choose_read_chunk(p, 4, 8);   // whole experts: 8 / 3 -> 2 at a time -> depth 1 probed
+  EXPECT_DOUBLE_EQ(c.whole_mbs, 1000);
+  EXPECT_EQ(c.chunk, 256u << 10);
 }
 
 TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
@@ -231,7 +242,13 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
   Engine e(o);
   ASSERT_NE(e.device_probe(), nullptr);
   EXPECT_FALSE(e.device_probe_cached());
-  EXPECT_GT(e.read_chunk(), 0u) << storage::format_probe(*e.device_probe());
+  // The chunk in use is the probe's choice for this schedule (chunked reads' bit-identity is
+  // Streaming.ChunkedReadsAreBitIdenticalOnEveryBackend's; the rule is ReadShapingFollowsTheProbe's).
+  auto check_model = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  EXPECT_EQ(e.read_chunk(), storage::choose_read_chunk(*e.device_probe(), experts_in_flight(o.streaming, *check_model),
+                                                       o.streaming.queue_depth)
+                                .chunk)
+      << storage::format_probe(*e.device_probe());
   EXPECT_GT(e.io_ceiling_mbs(), 0);
 
   StreamingExperts* ex = e.experts();

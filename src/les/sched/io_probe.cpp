@@ -47,7 +47,7 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   po.io_mode = o.io_mode;
   po.io = o.io;
   if (o.quick) {
-    po.depths = {1, 4, 16};
+    po.depths = {1, 2, 4, 8, 16};
     po.point_seconds = 0.06;
     po.idle_seconds = 0.02;
   }

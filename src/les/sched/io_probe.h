@@ -17,7 +17,7 @@ struct IoProbeOptions {
   storage::IoOptions io{};                  // the fake backend's device model (io_mode fake)
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file as the engine would
   std::string cache_path = storage::probe_cache_path();  // "": neither read nor write a cache
-  bool quick = false;    // fewer, shorter points (tests): depths 1, 4, 16; 0.06 s per point; never cached
+  bool quick = false;    // shorter points (tests): depths 1-16, 0.06 s per point; never cached
   bool progress = true;  // a progress line on stderr while measuring (when it is a terminal)
 };
 

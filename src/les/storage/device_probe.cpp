@@ -145,6 +145,7 @@ nlohmann::json to_json(const DeviceProbe& p) {
   j["device"] = p.device;
   j["file"] = p.file;
   j["expert_bytes"] = p.expert_bytes;
+  j["expert_extents"] = p.expert_extents;
   j["alignment"] = p.alignment;
   j["io_mode"] = p.io_mode;
   j["probed_at"] = p.probed_at;
@@ -167,6 +168,8 @@ DeviceProbe from_json(const nlohmann::json& j) {
   p.device = j.at("device").get<std::string>();
   p.file = j.at("file").get<std::string>();
   p.expert_bytes = j.at("expert_bytes").get<uint64_t>();
+  p.expert_extents = j.at("expert_extents").get<int>();
+  if (p.expert_extents < 1) throw Error("expert_extents out of range");
   p.alignment = j.at("alignment").get<size_t>();
   p.io_mode = j.at("io_mode").get<std::string>();
   p.probed_at = j.at("probed_at").get<double>();
@@ -210,10 +213,10 @@ bool same_entry(const DeviceProbe& p, const std::string& device, size_t alignmen
 
 }  // namespace
 
-double DeviceProbe::ceiling_mbs(int max_queue_depth) const {
+double DeviceProbe::ceiling_mbs(int max_ops) const {
   double best = 0;
   for (const ProbePoint& x : points) {
-    if (x.queue_depth <= max_queue_depth) best = std::max({best, x.burst_mbs, x.sustained_mbs});
+    if (ops_of(x) <= max_ops) best = std::max({best, x.burst_mbs, x.sustained_mbs});
   }
   return best;
 }
@@ -235,7 +238,8 @@ const ProbePoint* DeviceProbe::find_whole(int queue_depth) const {
 ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain) {
   ChunkChoice c;
   const int in_flight = std::max(1, experts_in_flight);
-  if (const ProbePoint* w = p.find_whole(depth_within(p, std::min(queue_depth, in_flight)))) c.whole_mbs = merit(*w);
+  const int whole_depth = std::min(in_flight, std::max(1, queue_depth / std::max(1, p.expert_extents)));
+  if (const ProbePoint* w = p.find_whole(depth_within(p, whole_depth))) c.whole_mbs = merit(*w);
   c.chosen_mbs = c.whole_mbs;
   for (const ProbePoint& x : p.points) {
     if (x.whole_expert || x.request_bytes >= p.expert_bytes) continue;
@@ -255,8 +259,10 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
                          const ProbeOptions& opt) {
   if (experts.empty()) throw Error("device probe: the model has no expert extents to read");
   uint64_t expert_bytes = 0, largest_extent = 0;
+  size_t extents = 1;
   for (const ExpertExtents& ex : experts) {
     if (ex.empty()) throw Error("device probe: an expert without extents");
+    extents = std::max(extents, ex.size());
     uint64_t b = 0;
     for (const AlignedExtent& e : ex) {
       b += e.length;
@@ -296,6 +302,7 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
   p.file = file->path();
   p.device = device_key(file->path());
   p.expert_bytes = expert_bytes;
+  p.expert_extents = static_cast<int>(extents);
   p.alignment = file->alignment();
   p.io_mode = io_mode_name(opt.io_mode);
   p.probed_at = static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(

@@ -33,15 +33,18 @@ struct DeviceProbe {
   std::string device;       // device_key() of the file probed
   std::string file;         // the file whose extents were read (for messages)
   uint64_t expert_bytes = 0;  // one expert's read bytes (the largest request)
+  int expert_extents = 1;     // reads per whole expert (3 in an original GGUF, 1 packed)
   size_t alignment = 0;
   std::string io_mode;      // backend used
   double probed_at = 0;     // Unix time
   double seconds = 0;       // time the probe took
   std::vector<ProbePoint> points;
 
-  // The best bandwidth (MB/s) with at most max_queue_depth requests in flight: the largest of the
-  // burst and sustained figures of every point within that depth. 0 when no point is.
-  double ceiling_mbs(int max_queue_depth) const;
+  // Ops in the device at a point: its depth, times expert_extents for whole experts.
+  int ops_of(const ProbePoint& p) const { return p.whole_expert ? p.queue_depth * expert_extents : p.queue_depth; }
+  // The best bandwidth (MB/s) with at most max_ops ops in flight (the engine's queue depth): the
+  // largest of the burst and sustained figures of every point within it. 0 when no point is.
+  double ceiling_mbs(int max_ops) const;
   // The point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
   const ProbePoint* find(uint64_t request_bytes, int queue_depth) const;
   const ProbePoint* find_whole(int queue_depth) const;
@@ -49,23 +52,25 @@ struct DeviceProbe {
 
 // Read shaping from a probe: the chunk size (0 = whole extents) that reads experts fastest when
 // `experts_in_flight` experts are read at once with at most `queue_depth` ops in the device.
-// Chunk c splits an expert into ceil(expert_bytes / c) ops, so the ops in flight are
-// min(queue_depth, experts_in_flight x that); its merit is the mean of the burst and sustained
-// bandwidth of the probe point with that size and the deepest probed depth within those ops.
-// A chunk size must beat whole reads by `min_gain` (a fraction) to be chosen.
+// Whole reads run at the deepest probed depth within min(experts_in_flight, queue_depth /
+// expert_extents) experts; chunk c splits an expert into ceil(expert_bytes / c) ops, so the ops
+// in flight are min(queue_depth, experts_in_flight x that). A point's merit is the mean of its
+// burst and sustained bandwidth (the deepest probed depth within those ops). A chunk size must
+// beat whole reads by `min_gain` (a fraction: the probe's single short measurements move by
+// about that much on a cloud volume) to be chosen.
 struct ChunkChoice {
   uint64_t chunk = 0;         // 0: whole extents
   double whole_mbs = 0;       // merit of whole reads
   double chosen_mbs = 0;      // merit of the choice
 };
-ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain = 0.05);
+ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain = 0.15);
 
 struct ProbeOptions {
   // Request sizes besides the whole expert (multiples of the file's alignment; sizes not below
   // the largest extent are dropped). Empty: 64 KiB and an eighth, a quarter and half of the
   // expert (aligned down).
   std::vector<uint64_t> sizes;
-  std::vector<int> depths{1, 4, 8, 16, 32};
+  std::vector<int> depths{1, 2, 4, 8, 16, 32};
   double point_seconds = 0.25;  // per point, after its idle pause
   double idle_seconds = 0.15;   // pause before each point (the burst follows it)
   IoMode io_mode = IoMode::uring;
