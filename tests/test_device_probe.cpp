@@ -50,6 +50,8 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   po.io.fake.op_mbs = 100;      // one op: 300 us + 1.31 ms per 128 KiB
   po.io.fake.device_mbs = 600;  // all ops together
   po.depths = {1, 4, 16};
+  po.experts_per_layer = 8;  // 4 "layers" of 8 experts, 2 read per layer visit: sweep points too
+  po.experts_per_token = 2;
   po.point_seconds = 0.15;
   po.idle_seconds = 0.01;
   size_t calls = 0, total = 0;
@@ -62,8 +64,23 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   EXPECT_EQ(p.expert_bytes, 3u * (128 << 10));
   EXPECT_EQ(p.expert_extents, 3);
   EXPECT_EQ(calls, total);
-  // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole.
-  EXPECT_EQ(p.points.size(), 4u * 3u);
+  // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole,
+  // plus whole re-reads of the warm set (here every expert: 12 MiB < 256 MiB).
+  EXPECT_EQ(p.points.size(), 6u * 3u);
+  int warm = 0;
+  for (const ProbePoint& x : p.points) {
+    if (x.pattern != ProbePoint::warm) continue;
+    ++warm;
+    EXPECT_TRUE(x.whole_expert);
+    EXPECT_LT(x.sustained_mbs, 640);  // no cache in front of this device: no faster than cold
+  }
+  EXPECT_EQ(warm, 3);
+  for (const ProbePoint& x : p.points) {
+    if (x.pattern == ProbePoint::sweep) {
+      EXPECT_LT(x.sustained_mbs, 640);
+    }
+  }
+  EXPECT_EQ(p.find_whole(1)->pattern, ProbePoint::cold);
   ASSERT_NE(p.find_whole(1), nullptr);
   ASSERT_NE(p.find(64 << 10, 1), nullptr);
   EXPECT_EQ(p.find(192 << 10, 1), nullptr);
@@ -91,6 +108,8 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   const std::string table = storage::format_probe(p);
   EXPECT_NE(table.find("qd 16"), std::string::npos) << table;
   EXPECT_NE(table.find("expert 0.38M"), std::string::npos) << table;
+  EXPECT_NE(table.find("sweep 0.38M"), std::string::npos) << table;
+  EXPECT_NE(table.find("warm 0.38M"), std::string::npos) << table;
 }
 
 TEST(DeviceProbe, BadInputIsAClearError) {
@@ -182,11 +201,11 @@ TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
   EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring")->points[0].sustained_mbs, 1234);
   EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, b.device, 4096, 1 << 20, "uring")->points[0].burst_mbs, 3000);
   // A corrupt cache is ignored (a warning), and the next save rewrites it.
-  for (const char* junk : {"{not json", "[1, 2, 3]", "{\"version\": 1, \"probes\": [{\"device\": 5}]}",
-                           "{\"version\": 1, \"probes\": [{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", "
-                           "\"expert_bytes\": 1048576, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
+  for (const char* junk : {"{not json", "[1, 2, 3]", "{\"version\": 2, \"probes\": [{\"device\": 5}]}",
+                           "{\"version\": 2, \"probes\": [{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", "
+                           "\"expert_bytes\": 1048576, \"expert_extents\": 1, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
                            "\"seconds\": 1, \"points\": [{\"request_bytes\": 0, \"whole_expert\": true, \"queue_depth\": "
-                           "1, \"burst_mbs\": 1, \"sustained_mbs\": 1, \"latency_us\": 1}]}]}"}) {
+                           "1, \"burst_mbs\": 1, \"sustained_mbs\": 1, \"latency_us\": 1, \"pattern\": \"cold\"}]}]}"}) {
     std::ofstream(cache) << junk;
     EXPECT_FALSE(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring").has_value()) << junk;
     storage::save_cached_probe(cache, b);

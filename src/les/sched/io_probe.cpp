@@ -46,10 +46,14 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   storage::ProbeOptions po;
   po.io_mode = o.io_mode;
   po.io = o.io;
+  po.register_buffers = o.register_buffers;
+  po.experts_per_layer = model.config().n_expert;  // model_expert_extents is layer-major
+  po.experts_per_token = model.config().n_expert_used;
   if (o.quick) {
     po.depths = {1, 2, 4, 8, 16};
     po.point_seconds = 0.06;
     po.idle_seconds = 0.02;
+    po.warm_set_bytes = uint64_t{8} << 20;
   }
   std::unique_ptr<Progress> bar;
   if (o.progress) {
@@ -78,6 +82,7 @@ IoProbeOptions io_probe_options_for(const StreamingOptions& so) {
   o.io_mode = so.io_mode;
   o.io = so.io;
   o.file = so.file;
+  o.register_buffers = so.register_buffers;
   return o;
 }
 

@@ -19,6 +19,7 @@ struct IoProbeOptions {
   std::string cache_path = storage::probe_cache_path();  // "": neither read nor write a cache
   bool quick = false;    // shorter points (tests): depths 1-16, 0.06 s per point; never cached
   bool progress = true;  // a progress line on stderr while measuring (when it is a terminal)
+  bool register_buffers = true;  // as StreamingOptions::register_buffers
 };
 
 struct IoProbeResult {

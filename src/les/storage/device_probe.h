@@ -27,7 +27,17 @@ struct ProbePoint {
   double burst_mbs = 0;        // MB/s (1e6 bytes) over the first requests after an idle pause
   double sustained_mbs = 0;    // MB/s over the rest of the point
   double latency_us = 0;       // median request latency, sustained
+  // The access pattern of the point (whole experts only for warm and sweep). Ceilings count
+  // every pattern; read shaping compares cold points only.
+  //   cold:  random experts of the whole file;
+  //   warm:  re-reads of a small working set read once before (what a cache in front of the
+  //          device, a VM host's or a controller's, gives the engine's re-reads of hot experts);
+  //   sweep: the engine's decode order: k random experts of one layer, then of the next layer, ...
+  //          (a device or host that reads ahead or caches by region serves this faster).
+  enum Pattern : uint8_t { cold = 0, warm = 1, sweep = 2 };
+  Pattern pattern = cold;
 };
+const char* probe_pattern_name(ProbePoint::Pattern p);
 
 struct DeviceProbe {
   std::string device;       // device_key() of the file probed
@@ -45,7 +55,7 @@ struct DeviceProbe {
   // The best bandwidth (MB/s) with at most max_ops ops in flight (the engine's queue depth): the
   // largest of the burst and sustained figures of every point within it. 0 when no point is.
   double ceiling_mbs(int max_ops) const;
-  // The point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
+  // The cold point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
   const ProbePoint* find(uint64_t request_bytes, int queue_depth) const;
   const ProbePoint* find_whole(int queue_depth) const;
 };
@@ -73,8 +83,13 @@ struct ProbeOptions {
   std::vector<int> depths{1, 2, 4, 8, 16, 32};
   double point_seconds = 0.25;  // per point, after its idle pause
   double idle_seconds = 0.15;   // pause before each point (the burst follows it)
+  uint64_t warm_set_bytes = uint64_t{256} << 20;  // the warm points' working set (0: none)
+  // Sweep points: the experts are layer-major, experts_per_layer of each layer in order; each
+  // layer visit reads experts_per_token of them (0: no sweep points).
+  int experts_per_layer = 0, experts_per_token = 0;
   IoMode io_mode = IoMode::uring;
   IoOptions io{};               // fake-backend device model and faults (io_mode fake)
+  bool register_buffers = true; // register the probe's slots with io_uring, as the engine does
   std::function<void(size_t done, size_t total)> progress;  // per point
 };
 
