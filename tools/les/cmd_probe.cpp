@@ -43,8 +43,7 @@ int cmd_probe(int argc, char** argv) {
     const storage::ChunkChoice c = storage::choose_read_chunk(r.probe, k, qd);
     std::printf("--read-chunk auto, %s (%d experts in flight): %s (whole %.0f MB/s, chosen %.0f MB/s)\n",
                 schedule_name(s), k,
-                c.chunk ? strfmt("chunks of %llu KiB", static_cast<unsigned long long>(c.chunk >> 10)).c_str()
-                        : "whole experts",
+                storage::read_shaping_name(c.chunk).c_str(),
                 c.whole_mbs, c.chosen_mbs);
   }
   if (a.has("--json")) {

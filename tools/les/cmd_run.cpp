@@ -149,8 +149,7 @@ int cmd_run(int argc, char** argv) {
       if (const storage::DeviceProbe* p = engine.device_probe()) {
         std::fprintf(stderr, "device probe: %s (%s%s), %s\n", p->device.c_str(),
                      engine.device_probe_cached() ? "cached" : "measured now", "; les probe shows it",
-                     engine.read_chunk() ? strfmt("reads in chunks of %llu KiB", static_cast<unsigned long long>(engine.read_chunk() >> 10)).c_str()
-                                         : "whole reads");
+                     storage::read_shaping_name(engine.read_chunk()).c_str());
       }
     }
     if (a.has("--stats-json")) {

@@ -230,13 +230,9 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
   return p;
 }
 
-std::string shaping_name(uint64_t chunk) {
-  return chunk ? strfmt("reads in chunks of %llu KiB", static_cast<unsigned long long>(chunk >> 10)) : "whole reads";
-}
-
 std::string shaping_note(const char* which, const FileProbe& p) {
   return strfmt("Read shaping of the %s file's rows (--read-chunk auto, from the device probe): %s (whole reads %.0f MB/s%s).",
-                which, shaping_name(p.read_chunk).c_str(), p.whole_mbs,
+                which, storage::read_shaping_name(p.read_chunk).c_str(), p.whole_mbs,
                 p.read_chunk ? strfmt(", chunked %.0f MB/s", p.chunk_mbs).c_str() : "");
 }
 
@@ -427,7 +423,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.io = storage::IoMode::uring;
         p.schedule = Schedule::lookahead;
         p.read_chunk = chunk_packed;
-        r.how = "packed, direct I/O (io_uring), lookahead, " + shaping_name(chunk_packed);
+        r.how = "packed, direct I/O (io_uring), lookahead, " + storage::read_shaping_name(chunk_packed);
         break;
       case RowKind::mixed:
         if (!mixed_runs) {
@@ -438,7 +434,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.io = storage::IoMode::uring;
         p.schedule = Schedule::lookahead;
         p.read_chunk = chunk_mixed;
-        r.how = "mixed precision, packed, direct I/O, lookahead, " + shaping_name(chunk_mixed);
+        r.how = "mixed precision, packed, direct I/O, lookahead, " + storage::read_shaping_name(chunk_mixed);
         r.hash_group = 1;
         break;
       case RowKind::spec:

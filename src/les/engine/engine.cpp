@@ -63,9 +63,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
       const storage::ChunkChoice c = storage::choose_read_chunk(*probe_, experts_in_flight(so, *model_), so.queue_depth);
       so.read_chunk = c.chunk;
       std::fprintf(stderr, "les: read shaping: %s (device probe: whole experts %.0f MB/s%s)\n",
-                   c.chunk ? strfmt("chunks of %llu KiB", static_cast<unsigned long long>(c.chunk >> 10)).c_str()
-                           : "whole experts",
-                   c.whole_mbs, c.chunk ? strfmt(", chunked %.0f MB/s", c.chosen_mbs).c_str() : "");
+                   storage::read_shaping_name(c.chunk).c_str(), c.whole_mbs, c.chunk ? strfmt(", chunked %.0f MB/s", c.chosen_mbs).c_str() : "");
     }
     read_chunk_ = so.read_chunk;
     experts_ = std::make_unique<StreamingExperts>(*model_, so);

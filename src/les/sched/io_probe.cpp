@@ -29,12 +29,7 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   }
   const std::vector<storage::ExpertExtents> experts = model_expert_extents(model, file->alignment());
   if (experts.empty()) throw Error(strfmt("%s has no routed experts to probe the disk with", model.path().c_str()));
-  uint64_t expert_bytes = 0;
-  for (const auto& ex : experts) {
-    uint64_t b = 0;
-    for (const auto& e : ex) b += e.length;
-    expert_bytes = std::max(expert_bytes, b);
-  }
+  const uint64_t expert_bytes = storage::expert_read_bytes(experts);
   const bool cacheable = o.io_mode != storage::IoMode::fake && !o.cache_path.empty() && !o.quick;
   const std::string device = storage::device_key(file->path());
   const std::string mode = storage::io_mode_name(o.io_mode);

@@ -242,6 +242,20 @@ bool same_entry(const DeviceProbe& p, const std::string& device, size_t alignmen
 
 }  // namespace
 
+uint64_t expert_read_bytes(const std::vector<ExpertExtents>& experts) {
+  uint64_t most = 0;
+  for (const ExpertExtents& ex : experts) {
+    uint64_t b = 0;
+    for (const AlignedExtent& e : ex) b += e.length;
+    most = std::max(most, b);
+  }
+  return most;
+}
+
+std::string read_shaping_name(uint64_t chunk) {
+  return chunk ? strfmt("reads in chunks of %llu KiB", static_cast<unsigned long long>(chunk >> 10)) : "whole reads";
+}
+
 const char* probe_pattern_name(ProbePoint::Pattern p) {
   return p == ProbePoint::warm ? "warm" : p == ProbePoint::sweep ? "sweep" : "cold";
 }
@@ -291,17 +305,13 @@ ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int q
 DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<ExpertExtents>& experts,
                          const ProbeOptions& opt) {
   if (experts.empty()) throw Error("device probe: the model has no expert extents to read");
-  uint64_t expert_bytes = 0, largest_extent = 0;
+  const uint64_t expert_bytes = expert_read_bytes(experts);
+  uint64_t largest_extent = 0;
   size_t extents = 1;
   for (const ExpertExtents& ex : experts) {
     if (ex.empty()) throw Error("device probe: an expert without extents");
     extents = std::max(extents, ex.size());
-    uint64_t b = 0;
-    for (const AlignedExtent& e : ex) {
-      b += e.length;
-      largest_extent = std::max(largest_extent, e.length);
-    }
-    expert_bytes = std::max(expert_bytes, b);
+    for (const AlignedExtent& e : ex) largest_extent = std::max(largest_extent, e.length);
   }
   if (opt.depths.empty()) throw Error("device probe: no queue depths to measure");
   int max_depth = 0;

@@ -73,6 +73,9 @@ struct ChunkChoice {
   double whole_mbs = 0;       // merit of whole reads
   double chosen_mbs = 0;      // merit of the choice
 };
+// "whole reads" or "reads in chunks of N KiB", for messages and reports.
+std::string read_shaping_name(uint64_t chunk);
+
 ChunkChoice choose_read_chunk(const DeviceProbe& p, int experts_in_flight, int queue_depth, double min_gain = 0.15);
 
 struct ProbeOptions {
@@ -95,6 +98,8 @@ struct ProbeOptions {
 
 // One expert's reads: the aligned extents of its tensors, in file order.
 using ExpertExtents = std::vector<AlignedExtent>;
+// The bytes of the largest expert's reads.
+uint64_t expert_read_bytes(const std::vector<ExpertExtents>& experts);
 
 // Measures `file` with reads of the given experts' extents (random experts; requests smaller
 // than an extent read a random aligned window of it). Throws les::Error when a read fails or
