@@ -21,6 +21,10 @@
 #include "les/util/error.h"
 #include "les/util/fp16.h"
 
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -930,7 +934,8 @@ TEST(QuantRefDot, MatchesDequantizedFloatDot) {
 // for bit, dot products within float rounding.
 TEST(QuantRefDispatch, IsaTablesAgreeWithScalar) {
   const KernelTable& s = *kernel_table(Isa::scalar);
-  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
+  for (int i = 1; i < kNumIsa; ++i) {
+    const Isa isa = static_cast<Isa>(i);
     const KernelTable* kt = kernel_table(isa);
     if (!kt || !isa_supported(isa)) continue;
     const std::string ctx = isa_name(isa);
@@ -970,6 +975,9 @@ TEST(QuantRefDispatch, IsaNamesAndDetection) {
   EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
   EXPECT_STREQ(isa_name(Isa::avx_vnni), "avxvnni");
   EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+  EXPECT_STREQ(isa_name(Isa::neon), "neon");
+  EXPECT_STREQ(isa_name(Isa::dotprod), "dotprod");
+  EXPECT_STREQ(isa_name(Isa::i8mm), "i8mm");
   for (int i = 0; i < kNumIsa; ++i) {
     Isa parsed = Isa::scalar;
     EXPECT_TRUE(parse_isa(isa_name(static_cast<Isa>(i)), parsed));
@@ -998,6 +1006,18 @@ TEST(QuantRefDispatch, IsaNamesAndDetection) {
   if (cpu_has_avx512_bf16()) {
     EXPECT_EQ(isa, Isa::avx512);
   }
+#elif defined(__aarch64__)
+  // What the kernel (or qemu's CPU model) reports in the aux vector.
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  const bool neon = hw & HWCAP_ASIMD;
+  const bool dotprod = neon && (hw & HWCAP_ASIMDDP);
+  const bool i8mm = dotprod && (hw2 & (1ul << 13));  // HWCAP2_I8MM
+  EXPECT_EQ(isa, i8mm ? Isa::i8mm : dotprod ? Isa::dotprod : neon ? Isa::neon : Isa::scalar);
+  EXPECT_EQ(isa_supported(Isa::neon), neon);
+  EXPECT_EQ(isa_supported(Isa::dotprod), dotprod);
+  EXPECT_EQ(isa_supported(Isa::i8mm), i8mm);
+  std::printf("[ QuantRefDispatch ] aarch64 HWCAP: asimd %d asimddp %d i8mm %d -> %s\n", neon, dotprod, i8mm,
+              isa_name(isa));
 #else
   EXPECT_EQ(isa, Isa::scalar);
 #endif
@@ -1012,8 +1032,9 @@ TEST(QuantRefDispatch, TablesAreComplete) {
     EXPECT_NE(s->vec_dot[id(t)], nullptr) << nm(t);
     EXPECT_NE(s->quantize[id(act_type(t))], nullptr) << nm(t);
   }
-  EXPECT_EQ(kernel_table(static_cast<Isa>(7)), nullptr);
-  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
+  EXPECT_EQ(kernel_table(static_cast<Isa>(kNumIsa)), nullptr);
+  for (int j = 1; j < kNumIsa; ++j) {
+    const Isa isa = static_cast<Isa>(j);
     const KernelTable* kt = kernel_table(isa);
     if (!kt) continue;
     EXPECT_EQ(kt->isa, isa);
@@ -1038,12 +1059,13 @@ TEST(QuantRefDispatch, ActiveIsa) {
   ASSERT_TRUE(set_active_isa(Isa::scalar));
   EXPECT_EQ(kernels().isa, Isa::scalar);
   EXPECT_EQ(&kernels(), kernel_table(Isa::scalar));
-  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) {
+  for (int i = 1; i < kNumIsa; ++i) {
+    const Isa isa = static_cast<Isa>(i);
     if (!isa_supported(isa)) {
       EXPECT_FALSE(set_active_isa(isa)) << isa_name(isa);
     }
   }
-  EXPECT_FALSE(set_active_isa(static_cast<Isa>(5)));
+  EXPECT_FALSE(set_active_isa(static_cast<Isa>(kNumIsa)));
   EXPECT_EQ(kernels().isa, Isa::scalar);  // a failed call changes nothing
   ASSERT_TRUE(set_active_isa(best));
   EXPECT_EQ(kernels().isa, best);

@@ -1,4 +1,5 @@
-// The kernels of every x86 ISA this CPU has (avx2, avxvnni, avx512; the others skip and say so)
+// The kernels of every SIMD ISA this CPU has (x86-64: avx2, avxvnni, avx512; aarch64: neon,
+// dotprod, i8mm; the others skip and say so)
 // against the scalar table and against an independent double-precision reference written here
 // (dequantize-then-dot from the block layouts). Dot products must agree within float rounding;
 // activation quantizers must be bit-identical to the scalar ones; a table's batched product
@@ -515,17 +516,35 @@ TEST_P(QuantSimd, TablesHaveEntries) {
   // avx512 also override the AVX2 dot products they speed up and give each its own gemm
   for (Type t : kDotTypes) EXPECT_NE(simd_->vec_dot[tid(t)], scalar_->vec_dot[tid(t)]) << type_name(t);
   for (Type t : kActTypes) EXPECT_NE(simd_->quantize[tid(t)], scalar_->quantize[tid(t)]) << type_name(t);
-  if (GetParam() == Isa::avx2) return;
+  const Isa isa = GetParam();
+  if (isa == Isa::avx2 || isa == Isa::neon) return;
+  if (isa == Isa::dotprod || isa == Isa::i8mm) {
+    // dotprod gives every integer type its own SDOT vec_dot and gemm; i8mm keeps dotprod's
+    // vec_dot and replaces the gemm with SMMLA tiles (bit-identical to that vec_dot)
+    const KernelTable* neon = kernel_table(Isa::neon);
+    const KernelTable* dotprod = kernel_table(Isa::dotprod);
+    for (Type t : kDotTypes) {
+      if (block_size(t) == 1) continue;
+      EXPECT_NE(simd_->gemm[tid(t)], nullptr) << isa_name(isa) << " " << type_name(t);
+      if (isa == Isa::dotprod) {
+        EXPECT_NE(simd_->vec_dot[tid(t)], neon->vec_dot[tid(t)]) << type_name(t);
+      } else {
+        EXPECT_EQ(simd_->vec_dot[tid(t)], dotprod->vec_dot[tid(t)]) << type_name(t);
+        EXPECT_NE(simd_->gemm[tid(t)], dotprod->gemm[tid(t)]) << type_name(t);
+      }
+    }
+    return;
+  }
   const KernelTable* avx2 = kernel_table(Isa::avx2);
   for (Type t : kDotTypes) {
     // AVX-VNNI keeps AVX2's kernels for the float types and the 32-element blocks but Q8_0
-    const bool own = GetParam() == Isa::avx512 || (block_size(t) == QK_K || t == Type::Q8_0);
+    const bool own = isa == Isa::avx512 || (block_size(t) == QK_K || t == Type::Q8_0);
     if (!own) {
-      EXPECT_EQ(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(GetParam()) << " " << type_name(t);
+      EXPECT_EQ(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(isa) << " " << type_name(t);
       continue;
     }
-    EXPECT_NE(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(GetParam()) << " " << type_name(t);
-    EXPECT_NE(simd_->gemm[tid(t)], nullptr) << isa_name(GetParam()) << " " << type_name(t);
+    EXPECT_NE(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(isa) << " " << type_name(t);
+    EXPECT_NE(simd_->gemm[tid(t)], nullptr) << isa_name(isa) << " " << type_name(t);
   }
 }
 
@@ -869,6 +888,7 @@ TEST_P(QuantSimd, GemmOfModelShape) {
   }
 }
 
+#if defined(__x86_64__)
 // The AVX2 tiles' vpdpbusd emulation against integer arithmetic: every (u, s) byte pair in all
 // four products of a lane (u = 255 with s = -128 saturates a plain vpmaddubsw), accumulators near
 // the int32 limits, and random bytes; the u <= 127 path on every u <= 127.
@@ -912,8 +932,9 @@ TEST(DpbusdAvx2, ExactForEveryBytePair) {
     check(small);
   }
 }
+#endif  // __x86_64__
 
-const Isa kSimdIsas[] = {Isa::avx2, Isa::avx_vnni, Isa::avx512};
+const Isa kSimdIsas[] = {Isa::avx2, Isa::avx_vnni, Isa::avx512, Isa::neon, Isa::dotprod, Isa::i8mm};
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantSimd, ::testing::ValuesIn(kSimdIsas),
                          [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
@@ -933,6 +954,10 @@ TEST(KernelIsas, ReportsWhichIsasRan) {
   EXPECT_TRUE(isa_supported(Isa::scalar));
   EXPECT_TRUE(isa_supported(detect_isa()));
   for (int i = static_cast<int>(detect_isa()) + 1; i < kNumIsa; ++i) EXPECT_FALSE(isa_supported(static_cast<Isa>(i)));
+#if defined(__aarch64__)
+  for (Isa x86 : {Isa::avx2, Isa::avx_vnni, Isa::avx512}) EXPECT_FALSE(isa_supported(x86));
+  EXPECT_TRUE(isa_supported(Isa::neon));  // every aarch64 CPU has Advanced SIMD
+#endif
 }
 
 }  // namespace

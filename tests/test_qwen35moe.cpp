@@ -336,25 +336,32 @@ TEST(Qwen35Moe, ChunkedDeltaRuleEqualsRecurrenceUpToRounding) {
     const std::vector<float> ref = batch_logits(*m, tokens, 2);
     Context ctx(*m, ContextParams{.n_ctx = 256, .n_threads = 2, .n_batch = 512, .chunked_delta_rule = true});
     ctx.eval(tokens, true);
-    double md = 0, range = 0;
+    double md = 0, sum = 0, range = 0;
     int agree = 0;
     const size_t nv = size_t(s.n_vocab);
     for (size_t p = 0; p < tokens.size(); ++p) {
       const float* a = ctx.logits(int(p));
       const float* b = ref.data() + p * nv;
-      for (size_t v = 0; v < nv; ++v) md = std::max(md, double(std::fabs(a[v] - b[v])));
+      for (size_t v = 0; v < nv; ++v) {
+        md = std::max(md, double(std::fabs(a[v] - b[v])));
+        sum += std::fabs(a[v] - b[v]);
+      }
       range = std::max(range, double(*std::max_element(b, b + nv) - *std::min_element(b, b + nv)));
       agree += std::max_element(a, a + nv) - a == std::max_element(b, b + nv) - b;
     }
-    std::printf("chunked delta rule %-5s max|diff| vs recurrence %.3g (logit range %.3g), argmax %d/%zu\n",
-                type.c_str(), md, range, agree, tokens.size());
+    const double mean = sum / double(tokens.size() * nv);
+    std::printf("chunked delta rule %-5s max|diff| vs recurrence %.3g, mean %.3g (logit range %.3g), argmax %d/%zu\n",
+                type.c_str(), md, mean, range, agree, tokens.size());
     // Rounding only: F32 logits agree like two llama.cpp backends do; quantized activations of a
-    // slightly different state may flip a rare argmax.
+    // slightly different state may flip a rare argmax, and an 8-bit activation that rounds the
+    // other way moves the logits after it by up to a few percent of their range (seen: 2.1% at
+    // one position with aarch64's SDOT kernels, 1.9% with AVX2), while the mean stays small.
     if (type == "f32") {
       EXPECT_LE(md, 1e-4);
       EXPECT_EQ(agree, int(tokens.size()));
     } else {
-      EXPECT_LE(md, 2e-2 * range);
+      EXPECT_LE(md, 4e-2 * range);
+      EXPECT_LE(mean, 2e-3 * range);
       EXPECT_GE(agree, int(tokens.size()) - 2);
     }
     // Decoding after a chunked prefill continues from the same state.

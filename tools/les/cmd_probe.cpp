@@ -16,7 +16,7 @@ int cmd_probe(int argc, char** argv) {
          "reads; the ceilings and --read-chunk auto use it: les probe -m FILE [--refresh]",
          {{{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
           {{"--refresh"}, false, "measure again even when the cache has this device"},
-          {{"--io"}, true, "reads: uring (default), pread, naive", "MODE"},
+          {{"--io"}, true, "reads: uring (default where the kernel allows it, else pread), pread, naive", "MODE"},
           {{"--queue-depth"}, true, "the engine's reads in flight, for the ceiling and read-shaping lines (default 8)", "N"},
           {{"--json"}, true, "also write the probe as JSON", "FILE"}});
   a.parse(argc, argv);
@@ -25,7 +25,7 @@ int cmd_probe(int argc, char** argv) {
   if (!model->config().moe) throw Error(strfmt("%s is not a mixture-of-experts model: no experts to stream", model->path().c_str()));
   IoProbeOptions o;
   o.refresh = a.has("--refresh");
-  o.io_mode = storage::parse_io_mode(a.str("--io", "uring"));
+  o.io_mode = storage::parse_io_mode(a.str("--io", storage::io_mode_name(storage::default_io_mode())));
   if (o.io_mode == storage::IoMode::fake) throw Error("--io fake is for tests");
   const int qd = static_cast<int>(a.i64("--queue-depth", 8));
   if (qd < 1 || qd > 1024) throw Error("--queue-depth must be in [1, 1024]");

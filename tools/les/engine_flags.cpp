@@ -20,7 +20,7 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
                         "through an expert cache (default: whole model mapped in memory)", "SIZE"},
       {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},
-      {{"--io"}, true, "expert reads with --mem: uring (default), pread, naive (buffered + copy)", "MODE"},
+      {{"--io"}, true, "expert reads with --mem: uring (default where the kernel allows it, else pread), pread, naive (buffered + copy)", "MODE"},
       {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
                            "each also as NAME+pred (default lrfu+pred)", "NAME"},
       {{"--predict-extra"}, true, "lookahead: prefetch the predicted top k+M experts (default 0)", "M"},
@@ -95,7 +95,7 @@ EngineOptions engine_options_from(const Args& a) {
     if (o.mem == 0) throw Error("--mem must be more than 0");
     StreamingOptions& so = o.streaming;
     so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
-    so.io_mode = storage::parse_io_mode(a.str("--io", "uring"));
+    so.io_mode = storage::parse_io_mode(a.str("--io", storage::io_mode_name(storage::default_io_mode())));
     so.policy = a.str("--policy", cache::kDefaultPolicy);
     so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
     so.prefetch_budget = a.f64("--prefetch-budget", 1.5);

@@ -23,6 +23,14 @@
 #define LES_DISPATCH_X86 0
 #endif
 
+#if defined(__aarch64__)
+#define LES_DISPATCH_ARM 1
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#else
+#define LES_DISPATCH_ARM 0
+#endif
+
 namespace les {
 namespace {
 
@@ -31,6 +39,9 @@ struct CpuFeatures {
   bool avx_vnni = false;     // avx2 + AVX-VNNI (VEX-encoded vpdpbusd/vpdpwssd)
   bool avx512 = false;       // avx2 + AVX-512 F/BW/VL/DQ/VNNI, zmm/opmask state enabled by the OS
   bool avx512_bf16 = false;  // avx512 + AVX512-BF16
+  bool neon = false;         // aarch64 Advanced SIMD (HWCAP_ASIMD)
+  bool dotprod = false;      // neon + SDOT/UDOT (HWCAP_ASIMDDP)
+  bool i8mm = false;         // dotprod + SMMLA/UMMLA (HWCAP2_I8MM)
 };
 
 #if LES_DISPATCH_X86
@@ -71,6 +82,21 @@ CpuFeatures probe_cpu() {
   }
   return f;
 }
+#elif LES_DISPATCH_ARM
+// The kernel reports what the CPU (or qemu's emulated CPU model) implements in the aux vector.
+CpuFeatures probe_cpu() {
+  CpuFeatures f;
+  const unsigned long hw = getauxval(AT_HWCAP);
+  const unsigned long hw2 = getauxval(AT_HWCAP2);
+  f.neon = hw & HWCAP_ASIMD;
+  f.dotprod = f.neon && (hw & HWCAP_ASIMDDP);
+#ifdef HWCAP2_I8MM
+  f.i8mm = f.dotprod && (hw2 & HWCAP2_I8MM);
+#else
+  f.i8mm = f.dotprod && (hw2 & (1ul << 13));
+#endif
+  return f;
+}
 #else
 CpuFeatures probe_cpu() { return {}; }
 #endif
@@ -100,8 +126,8 @@ Tables build_tables() {
   fill_kernel_table_scalar(s.table[0]);
   fill_fast_quantizers_scalar(s.table[0]);
   s.present[0] = true;
-#if LES_DISPATCH_X86
-  auto derive = [&](Isa isa, Isa below, std::initializer_list<void (*)(KernelTable&)> fills) {
+#if LES_DISPATCH_X86 || LES_DISPATCH_ARM
+  [[maybe_unused]] auto derive = [&](Isa isa, Isa below, std::initializer_list<void (*)(KernelTable&)> fills) {
     KernelTable& t = s.table[static_cast<int>(isa)];
     const KernelTable& b = s.table[static_cast<int>(below)];
     t = b;
@@ -110,10 +136,18 @@ Tables build_tables() {
     drop_stale_gemms(t, b);
     s.present[static_cast<int>(isa)] = true;
   };
+#endif
+#if LES_DISPATCH_X86
   derive(Isa::avx2, Isa::scalar,
          {fill_kernel_table_avx2, fill_kernel_table_avx2_tiles, fill_dequantizers_avx2, fill_fast_quantizers_avx2});
   derive(Isa::avx_vnni, Isa::avx2, {fill_kernel_table_avx_vnni});
   derive(Isa::avx512, Isa::avx2, {fill_kernel_table_avx512, fill_fast_quantizers_avx512});
+#endif
+#if LES_DISPATCH_ARM
+  derive(Isa::neon, Isa::scalar, {fill_kernel_table_neon_q32, fill_kernel_table_neon_k456, fill_kernel_table_neon_k23x});
+  derive(Isa::dotprod, Isa::neon,
+         {fill_kernel_table_dotprod_q32, fill_kernel_table_dotprod_k456, fill_kernel_table_dotprod_k23x});
+  derive(Isa::i8mm, Isa::dotprod, {fill_kernel_table_i8mm_q32, fill_kernel_table_i8mm_k456, fill_kernel_table_i8mm_k23x});
 #endif
   return s;
 }
@@ -153,6 +187,9 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx_vnni: return "avxvnni";
     case Isa::avx512: return "avx512";
+    case Isa::neon: return "neon";
+    case Isa::dotprod: return "dotprod";
+    case Isa::i8mm: return "i8mm";
   }
   return "unknown";
 }
@@ -174,6 +211,9 @@ bool isa_supported(Isa isa) {
     case Isa::avx2: return f.avx2;
     case Isa::avx_vnni: return f.avx_vnni;
     case Isa::avx512: return f.avx512;
+    case Isa::neon: return f.neon;
+    case Isa::dotprod: return f.dotprod;
+    case Isa::i8mm: return f.i8mm;
   }
   return false;
 }
@@ -220,8 +260,13 @@ Isa default_isa() {
   if (!env || !*env) return best;
   Isa want;
   if (!parse_isa(env, want) || !isa_supported(want) || !kernel_table(want)) {
-    std::fprintf(stderr, "les: LES_ISA=%s is not a kernel ISA this CPU runs (scalar, avx2, avxvnni, avx512); using %s\n",
-                 env, isa_name(best));
+    std::string runs;
+    for (int i = 0; i < kNumIsa; ++i) {
+      const Isa isa = static_cast<Isa>(i);
+      if (isa_supported(isa) && kernel_table(isa)) runs += std::string(runs.empty() ? "" : ", ") + isa_name(isa);
+    }
+    std::fprintf(stderr, "les: LES_ISA=%s is not a kernel ISA this CPU runs (%s); using %s\n", env, runs.c_str(),
+                 isa_name(best));
     return best;
   }
   return want;

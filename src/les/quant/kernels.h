@@ -10,19 +10,24 @@
 
 namespace les {
 
-// Kernel sets, in order of preference. avx_vnni is AVX2 + AVX-VNNI (256-bit VNNI without
-// AVX-512); avx512 is AVX-512 F/BW/VL/DQ + VNNI (its BF16 kernels only where the CPU has
-// AVX512-BF16). A CPU may support avx512 without avx_vnni (AVX-512 VNNI came first).
-enum class Isa { scalar = 0, avx2 = 1, avx_vnni = 2, avx512 = 3 };
-constexpr int kNumIsa = 4;
-const char* isa_name(Isa isa);  // "scalar", "avx2", "avxvnni", "avx512"
+// Kernel sets, in order of preference within an architecture.
+// x86-64: avx_vnni is AVX2 + AVX-VNNI (256-bit VNNI without AVX-512); avx512 is AVX-512
+// F/BW/VL/DQ + VNNI (its BF16 kernels only where the CPU has AVX512-BF16). A CPU may support
+// avx512 without avx_vnni (AVX-512 VNNI came first).
+// aarch64: neon is Advanced SIMD (every aarch64 CPU); dotprod adds SDOT/UDOT (Armv8.2 FEAT_DotProd,
+// HWCAP_ASIMDDP); i8mm adds SMMLA (FEAT_I8MM, HWCAP2_I8MM) on top of dotprod.
+// The other architecture's ISAs are never supported (their tables are not compiled in).
+enum class Isa { scalar = 0, avx2 = 1, avx_vnni = 2, avx512 = 3, neon = 4, dotprod = 5, i8mm = 6 };
+constexpr int kNumIsa = 7;
+// "scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "i8mm"
+const char* isa_name(Isa isa);
 // The ISA named `name` (as isa_name spells it); false if there is none of that name.
 bool parse_isa(const char* name, Isa& isa);
 // Whether this CPU (and OS) can run the kernels of `isa`.
 bool isa_supported(Isa isa);
 // Best ISA this CPU supports (cpuid + OS support).
 Isa detect_isa();
-// The ISA used unless --isa / set_active_isa chooses: LES_ISA (scalar, avx2, avxvnni, avx512) if set
+// The ISA used unless --isa / set_active_isa chooses: LES_ISA (an isa_name) if set
 // and supported (else a warning on stderr), otherwise detect_isa().
 Isa default_isa();
 

@@ -23,6 +23,22 @@ void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 +
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
 void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
 
+// aarch64 (files named *_neon.cpp, *_dotprod.cpp, *_i8mm.cpp get their -march in CMakeLists.txt).
+// Derivation: scalar -> neon -> dotprod -> i8mm. Each family of types has one file per ISA:
+//   q32:  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (32-element blocks), F32, F16, BF16, and the
+//         activation quantizers Q8_0, Q8_1, Q8_K, F16, BF16 (neon only: bit-identical to scalar)
+//   k456: Q4_K, Q5_K, Q6_K
+//   k23x: Q2_K, Q3_K, IQ4_XS
+void fill_kernel_table_neon_q32(KernelTable& t);      // kernels_q32_neon.cpp
+void fill_kernel_table_dotprod_q32(KernelTable& t);   // kernels_q32_dotprod.cpp
+void fill_kernel_table_i8mm_q32(KernelTable& t);      // kernels_q32_i8mm.cpp
+void fill_kernel_table_neon_k456(KernelTable& t);     // kernels_k456_neon.cpp
+void fill_kernel_table_dotprod_k456(KernelTable& t);  // kernels_k456_dotprod.cpp
+void fill_kernel_table_i8mm_k456(KernelTable& t);     // kernels_k456_i8mm.cpp
+void fill_kernel_table_neon_k23x(KernelTable& t);     // kernels_k23x_neon.cpp
+void fill_kernel_table_dotprod_k23x(KernelTable& t);  // kernels_k23x_dotprod.cpp
+void fill_kernel_table_i8mm_k23x(KernelTable& t);     // kernels_k23x_i8mm.cpp
+
 // The AVX2 tiles' emulation of vpdpbusd (kernels_tiles_avx2.cpp), exposed for the tests: out[i] =
 // acc[i] + sum_k u[4i + k] * s[4i + k] for i < 8 (u7: the path for u <= 127 only). Needs AVX2.
 void dpbusd_avx2_emulated(const int32_t* acc, const uint8_t* u, const int8_t* s, int32_t* out, bool u7);

@@ -323,7 +323,11 @@ class IoEngine {
 std::unique_ptr<IoEngine> make_io_engine(IoMode mode, std::shared_ptr<ReadFile> file,
                                          const IoOptions& opts = {});
 
-// True when this build has io_uring support compiled in (LES_HAVE_URING).
+// True when this build has io_uring support compiled in (LES_HAVE_URING) and this kernel lets the
+// process use it (not blocked by seccomp, as in some containers, Android apps and qemu-user; Linux
+// 5.6+ for IORING_OP_READ). Checked once per process.
 bool have_uring();
+// The I/O mode used unless one is asked for: uring where have_uring(), else pread.
+IoMode default_io_mode();
 
 }  // namespace les::storage

@@ -134,13 +134,9 @@ IoMode parse_io_mode(std::string_view s) {
                      static_cast<int>(s.size()), s.data()));
 }
 
-bool have_uring() {
-#ifdef LES_HAVE_URING
-  return true;
-#else
-  return false;
-#endif
-}
+bool have_uring() { return detail::uring_usable(); }
+
+IoMode default_io_mode() { return have_uring() ? IoMode::uring : IoMode::pread; }
 
 std::unique_ptr<IoEngine> make_io_engine(IoMode mode, std::shared_ptr<ReadFile> file,
                                          const IoOptions& opts) {

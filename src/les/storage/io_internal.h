@@ -190,5 +190,7 @@ std::unique_ptr<IoEngine> make_pread_engine(std::shared_ptr<ReadFile> file, cons
 std::unique_ptr<IoEngine> make_naive_engine(std::shared_ptr<ReadFile> file, const IoOptions& o);
 std::unique_ptr<IoEngine> make_fake_engine(std::shared_ptr<ReadFile> file, const IoOptions& o);
 std::unique_ptr<IoEngine> make_uring_engine(std::shared_ptr<ReadFile> file, const IoOptions& o);
+// Whether this build has io_uring and this kernel lets the process set up a ring with READ.
+bool uring_usable();
 
 }  // namespace les::storage::detail

@@ -269,7 +269,25 @@ std::unique_ptr<IoEngine> make_uring_engine(std::shared_ptr<ReadFile> file, cons
   return std::make_unique<UringEngine>(std::move(file), o);
 }
 
+bool uring_usable() {
+  // Once per process: a ring of one entry that supports IORING_OP_READ.
+  static const bool usable = [] {
+    io_uring ring;
+    if (io_uring_queue_init(1, &ring, 0) < 0) return false;
+    bool has_read = false;
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring)) {
+      has_read = io_uring_opcode_supported(probe, IORING_OP_READ);
+      io_uring_free_probe(probe);
+    }
+    io_uring_queue_exit(&ring);
+    return has_read;
+  }();
+  return usable;
+}
+
 #else  // !LES_HAVE_URING
+
+bool uring_usable() { return false; }
 
 std::unique_ptr<IoEngine> make_uring_engine(std::shared_ptr<ReadFile> file, const IoOptions&) {
   throw Error(strfmt("%s: this build has no io_uring support (liburing was not found at build "
