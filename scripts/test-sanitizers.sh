@@ -18,9 +18,17 @@ cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 JOBS=${LES_SAN_JOBS:-$(nproc)}
 EXCLUDE='VsLlamaCpp|QualityTrained|ImatrixLlamaAgreement|MixedQuantize\.HitsTheSizeTarget|QuantFast\.QuantizeCommand'
+# ASan also leaves out three long runs whose code other tests cover under it: the whole-model logits
+# at every ISA (the kernels run under ASan in QuantSimd, with guard pages), llama.cpp's own
+# vocabulary files (the same parser as the other vocabulary tests) and a disk-timing test.
+ASAN_EXCLUDE="$EXCLUDE|BatchedProducts\.(Trained|Bundled)|TokenizerVocabFiles\.LlamaCppCheckoutIfPresent|Streaming\.TwoAheadPrefetchStopsOnABusyDisk"
 # TSan checks the code that runs threads: single-threaded suites (tokenizer, templates, kernels,
-# quantizers, parsers, cache policies) run under ASan only.
+# quantizers, parsers, cache policies, quality, mixed precision, benchmarks, synth) run under ASan
+# only, and the TSan build compiles only the test files it runs (TSAN_FILES below).
 TSAN_EXCLUDE="$EXCLUDE|Tokenizer|Jinja|ChatTemplate|QuantSimd|QuantFast|QuantImportance|QuantRef|Dequant|Imatrix|CachePolicy|Gguf|Sampler|CorruptModel|ServerApi|TextStream|Metrics"
+# ... and the suites whose threads are the kernels' matmul (BatchedProducts.Matmul* stay): the whole-
+# model logit comparisons at every ISA and the pack/bad-file checks add minutes, no new threads.
+TSAN_EXCLUDE="$TSAN_EXCLUDE|BatchedProducts\.(Trained|Bundled)|Dspark\.BadDrafterFilesAndSynthCli"
 # The load test's clients under sanitizers (the Release run uses 100).
 export LES_LOAD_CLIENTS=${LES_LOAD_CLIENTS:-40}
 
@@ -47,11 +55,15 @@ if [ "$WHAT" = asan ] || [ "$WHAT" = all ]; then
   phase "ASan+UBSan build (build-asan: les_tests and the fuzz targets)"
   TARGETS="les_tests fuzz_gguf fuzz_pack fuzz_tokenizer fuzz_imatrix fuzz_jinja fuzz_request" build build-asan "address;undefined" -DLES_FUZZ=ON
   phase "ASan+UBSan tests"
-  run_tests build-asan "$EXCLUDE"
+  run_tests build-asan "$ASAN_EXCLUDE"
 fi
 if [ "$WHAT" = tsan ] || [ "$WHAT" = all ]; then
   phase "TSan build (build-tsan: les_tests)"
-  TARGETS="les_tests" build build-tsan "thread"
+  # Only the test files whose suites start threads of their own or run the engine on several
+  # threads (the others would be compiled for nothing; ASan runs them all).
+  TSAN_FILES="test_thread_pool;test_streaming;test_storage_io;test_server_api;test_engine;test_speculative;test_dspark"
+  TSAN_FILES+=";test_live_truncation;test_batched_products;test_model_tiny;test_qwen35moe;test_device_probe;test_limits"
+  TARGETS="les_tests" build build-tsan "thread" "-DLES_TEST_FILES=$TSAN_FILES"
   phase "TSan tests"
   run_tests build-tsan "$TSAN_EXCLUDE"
 fi

@@ -4,6 +4,7 @@
 # and the stored llama.cpp references are still checked.
 # Then the hardening runs (docs/hardening.md): the suite under ASan+UBSan, each fuzz target for
 # FUZZ_SECONDS (60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
+# Then the aarch64 build under qemu-user (scripts/test-arm.sh, docs/arm.md); LES_SKIP_ARM=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -44,6 +45,10 @@ if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
   mark "fuzzing (6 targets)"
   bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
+fi
+if [ -z "${LES_SKIP_ARM:-}" ]; then
+  bash scripts/test-arm.sh
+  mark "aarch64 cross build + qemu tests"
 fi
 echo "test: phase times"
 printf '%s' "$TIMES"
