@@ -18,10 +18,13 @@ cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 JOBS=${LES_SAN_JOBS:-$(nproc)}
 EXCLUDE='VsLlamaCpp|QualityTrained|ImatrixLlamaAgreement|MixedQuantize\.HitsTheSizeTarget|QuantFast\.QuantizeCommand'
-# ASan also leaves out three long runs whose code other tests cover under it: the whole-model logits
+# ASan also leaves out five long runs whose code other tests cover under it: the whole-model logits
 # at every ISA (the kernels run under ASan in QuantSimd, with guard pages), llama.cpp's own
-# vocabulary files (the same parser as the other vocabulary tests) and a disk-timing test.
+# vocabulary files (the same parser as the other vocabulary tests), a disk-timing test, every
+# drafter at every depth (the other SpecGreedy/SpecRelease/Dspark tests run each drafter) and every
+# les bench row (the other BenchCmd tests run the command).
 ASAN_EXCLUDE="$EXCLUDE|BatchedProducts\.(Trained|Bundled)|TokenizerVocabFiles\.LlamaCppCheckoutIfPresent|Streaming\.TwoAheadPrefetchStopsOnABusyDisk"
+ASAN_EXCLUDE="$ASAN_EXCLUDE|SpecGreedy\.IdenticalToPlainForEveryDrafterAndDepth|BenchCmd\.EveryRowOnTheTrainedModel"
 # TSan checks the code that runs threads: single-threaded suites (tokenizer, templates, kernels,
 # quantizers, parsers, cache policies, quality, mixed precision, benchmarks, synth) run under ASan
 # only, and the TSan build compiles only the test files it runs (TSAN_FILES below).
@@ -29,8 +32,11 @@ TSAN_EXCLUDE="$EXCLUDE|Tokenizer|Jinja|ChatTemplate|QuantSimd|QuantFast|QuantImp
 # ... and the suites whose threads are the kernels' matmul (BatchedProducts.Matmul* stay): the whole-
 # model logit comparisons at every ISA and the pack/bad-file checks add minutes, no new threads.
 TSAN_EXCLUDE="$TSAN_EXCLUDE|BatchedProducts\.(Trained|Bundled)|Dspark\.BadDrafterFilesAndSynthCli"
+# ... and two long runs with the threads of shorter ones: every drafter at every depth without
+# streaming (SpecGreedy's streaming test keeps the I/O threads) and a disk-timing test.
+TSAN_EXCLUDE="$TSAN_EXCLUDE|SpecGreedy\.IdenticalToPlainForEveryDrafterAndDepth|Streaming\.TwoAheadPrefetchStopsOnABusyDisk"
 # The load test's clients under sanitizers (the Release run uses 100).
-export LES_LOAD_CLIENTS=${LES_LOAD_CLIENTS:-40}
+export LES_LOAD_CLIENTS=${LES_LOAD_CLIENTS:-25}
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

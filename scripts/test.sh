@@ -3,7 +3,7 @@
 # is installed when Node.js >= 20 is available; without it the live llama.cpp comparisons skip
 # and the stored llama.cpp references are still checked.
 # Then the hardening runs (docs/hardening.md): the suite under ASan+UBSan, each fuzz target for
-# FUZZ_SECONDS (60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
+# FUZZ_SECONDS (20 here; scripts/fuzz.sh alone: 60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
 # Then the aarch64 build under qemu-user (scripts/test-arm.sh, docs/arm.md); LES_SKIP_ARM=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,7 @@ mark "Release tests"
 if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
   bash scripts/test-sanitizers.sh asan
   mark "ASan+UBSan build + tests"
-  bash scripts/fuzz.sh
+  FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
   mark "fuzzing (6 targets)"
   bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
