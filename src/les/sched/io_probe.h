@@ -13,7 +13,7 @@ namespace les {
 
 struct IoProbeOptions {
   bool refresh = false;  // measure even when the cache has this device's probe
-  storage::IoMode io_mode = storage::IoMode::uring;
+  storage::IoMode io_mode = storage::default_io_mode();  // uring where the kernel allows it, else pread
   storage::IoOptions io{};                  // the fake backend's device model (io_mode fake)
   std::shared_ptr<storage::ReadFile> file;  // null: open the model file as the engine would
   std::string cache_path = storage::probe_cache_path();  // "": neither read nor write a cache

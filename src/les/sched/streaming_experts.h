@@ -78,7 +78,7 @@ struct StreamingOptions {
   int oracle_depth = 1;
   double prefetch_budget = 1.5; // per pass, prefetch bytes at most this x (k x n_layer x expert) x its positions (<= 8)
   std::string policy = cache::kDefaultPolicy;  // eviction policy name (cache/policy.h)
-  storage::IoMode io_mode = storage::IoMode::uring;
+  storage::IoMode io_mode = storage::default_io_mode();  // uring where the kernel allows it, else pread
   int queue_depth = 8;
   // Prefetch bytes in the device at a time (0: auto, two experts' reads). Demand reads wait
   // behind whatever is in flight, so this bounds the latency prefetching adds to a miss.

@@ -90,7 +90,7 @@ struct ProbeOptions {
   // Sweep points: the experts are layer-major, experts_per_layer of each layer in order; each
   // layer visit reads experts_per_token of them (0: no sweep points).
   int experts_per_layer = 0, experts_per_token = 0;
-  IoMode io_mode = IoMode::uring;
+  IoMode io_mode = default_io_mode();  // uring where the kernel allows it, else pread
   IoOptions io{};               // fake-backend device model and faults (io_mode fake)
   bool register_buffers = true; // register the probe's slots with io_uring, as the engine does
   std::function<void(size_t done, size_t total)> progress;  // per point
