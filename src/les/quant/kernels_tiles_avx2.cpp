@@ -37,10 +37,11 @@ struct DpAvx2 {
 };
 
 // Tiles of one weight row x four activation rows (the float accumulators spill; they are touched
-// once per 256-element block). A single activation row goes one row at a time without software
-// prefetch (one sequential stream, which the hardware prefetchers follow: prefetching the next
-// row was slower in bench_kernels --decode).
-using PAvx2 = tiles::PYmm2<DpAvx2, 1, 4, 1, false>;
+// once per 256-element block). A single activation row goes one row at a time, one sequential
+// stream that each tile prefetches 4 KiB ahead of itself: the hardware prefetchers alone left
+// decode-shaped products from DRAM 20% slower (bench_kernels --decode, q4_K and q6_K; 2 KiB and
+// 8 KiB were slower than 4 KiB), and prefetching the whole next row at once was no faster.
+using PAvx2 = tiles::PYmm2<DpAvx2, 1, 4, 1, false, 4096>;
 
 template <class W>
 void set_int(KernelTable& t, Type ty) {

@@ -160,6 +160,18 @@ inline void prefetch_rows(const uint8_t* p, size_t ws, size_t bytes) {
   }
 }
 
+// P::kAhead1, where the policy has it: the bytes ahead of a one-row, one-activation-row tile
+// (matrix-vector products) that it prefetches in its own stream, block by block (rows are
+// contiguous, so the stream runs on into the next rows). 0: none.
+template <class P>
+constexpr size_t ahead_1() {
+  if constexpr (requires { P::kAhead1; }) {
+    return P::kAhead1;
+  } else {
+    return 0;
+  }
+}
+
 // y[c * ys + r] = P::hsum(acc[r][c]); four rows at a time where the policy has hsum4 (the same
 // additions, in the same pairs, as hsum: bit-identical).
 template <class P, int R, int C>
@@ -198,6 +210,9 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
     const size_t wo = static_cast<size_t>(i) * sizeof(typename W::Block);
     const size_t ao = static_cast<size_t>(i) * sizeof(block_q8_K);
     if (pf) prefetch_rows<R>(pf + wo, ws, sizeof(typename W::Block));
+    if constexpr (R == 1 && C == 1 && ahead_1<P>() > 0) {
+      prefetch_rows<1>(wr.p[0] + wo + ahead_1<P>(), 0, sizeof(typename W::Block));
+    }
     S st[R];
     for (int r = 0; r < R; ++r) st[r] = W::template prep<P>(wr.p[r] + wo);
     VI isum[R][C];
@@ -612,6 +627,9 @@ inline void tile_32(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, si
   int64_t i = 0;
   for (; i + 4 <= nb; i += 4) {
     if (pf) prefetch_rows<R>(pf + static_cast<size_t>(i) * WB, ws, 4 * WB);
+    if constexpr (R == 1 && C == 1 && ahead_1<P>() > 0) {
+      prefetch_rows<1>(wr.p[0] + static_cast<size_t>(i) * WB + ahead_1<P>(), 0, 4 * WB);
+    }
     step_32<P, W, R, C, 4>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc, acc_ms);
   }
   if (i + 2 <= nb) {

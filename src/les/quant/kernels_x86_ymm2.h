@@ -29,7 +29,8 @@ struct VF2 {
 //   optionally Dp::dpbusd_u7(acc, u, s): the same for u <= 127 only (a cheaper path).
 // R x C is the largest tile (16 ymm registers: 1 x 2); R1 the rows of a tile when there is one
 // activation row, which prefetch the next rows if PF1.
-template <class Dp, int R_, int C_, int R1_ = R_, bool PF1 = true>
+// Ahead1: bytes ahead that a 1 x 1 tile prefetches in its own stream (kernels_x86_tiles.h, ahead_1).
+template <class Dp, int R_, int C_, int R1_ = R_, bool PF1 = true, size_t Ahead1 = 0>
 struct PYmm2 {
   using VI = VI2;
   using VF = VF2;
@@ -37,6 +38,7 @@ struct PYmm2 {
   static constexpr int C = C_;
   static constexpr int R1 = R1_;
   static constexpr bool kPrefetch1 = PF1;
+  static constexpr size_t kAhead1 = Ahead1;
 
   static __m256i bc128(const uint8_t* p) { return _mm256_broadcastsi128_si256(tiles::ld128(p)); }
 
