@@ -168,6 +168,14 @@ inline __m256i q4k_chunk(const uint8_t* qs, const int8_t* q8, __m256i sm) {
                           _mm256_madd_epi16(ph, bcast_u8_to16<2 * J + 1>(sm)));
 }
 
+// Prefetch of the `bytes` of weights kAhead past p: a matrix-vector product walks one contiguous
+// stream of rows, which the hardware prefetchers alone keep too few lines ahead of from DRAM (as
+// the tiles' Ahead1, kernels_tiles_avx2.cpp; docs/kernels.md).
+constexpr size_t kAhead = 4096;
+inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kAhead + o), _MM_HINT_T0);
+}
+
 float vec_dot_q4_K(int64_t n, const void* vw, const void* va) {
   const int64_t nb = n / QK_K;
   const auto* w = static_cast<const uint8_t*>(vw);
@@ -211,6 +219,7 @@ float vec_dot_q5_K(int64_t n, const void* vw, const void* va) {
   __m256 acc = _mm256_setzero_ps();
   __m256 acc_m = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i, w += sizeof(block_q5_K), a += sizeof(block_q8_K)) {
+    prefetch_ahead(w, sizeof(block_q5_K));
     const __m128 dd = load_d_dmin(w + offsetof(block_q5_K, d), load_f32(a + kQ8K_d));
     const __m256i sm = unpack_scales_mins_k4(w + offsetof(block_q5_K, scales));
     acc_m = _mm256_fmadd_ps(lane1(dd), _mm256_cvtepi32_ps(mins_dot_bsums(sm, a + kQ8K_bsums)), acc_m);
@@ -425,6 +434,7 @@ inline float dot_x_q8_0(int64_t n, const void* vw, const void* va, Blk blk, Prob
   };
   int64_t i = 0;
   for (; i + 8 <= nb; i += 8, w += 8 * WB, a += 8 * AB) {
+    prefetch_ahead(w, 8 * WB);
     const uint8_t* w4 = w + 4 * WB;
     const uint8_t* a4 = a + 4 * AB;
     __m256i s0 = group4(w, a, blk);
