@@ -879,6 +879,36 @@ TEST_P(QuantSimd, GemmMatchesVecDotOnExtremes) {
   }
 }
 
+// Matrix-vector products (one activation row, the decode shape) over a matrix whose last row ends
+// at an inaccessible page: the kernels prefetch their row stream ahead of themselves (4 KiB on
+// AVX2 / AVX-VNNI, the next rows elsewhere), past the end of the matrix here. A prefetch must
+// never fault nor change a result: each output equals the table's vec_dot bit for bit.
+TEST_P(QuantSimd, MatrixVectorAtTheEndOfAMapping) {
+  Gen g(13);
+  for (Type wt : kDotTypes) {
+    const Type at = act_type(wt);
+    const int64_t u = unit(wt);
+    for (int64_t n : {u, 8 * u, 33 * u}) {
+      for (int64_t nr : {1, 3, 9}) {
+        const size_t wrb = row_bytes(wt, n), abytes = row_bytes(at, n);
+        Guarded gw(wrb * static_cast<size_t>(nr)), ga(abytes);
+        ASSERT_TRUE(gw.ok() && ga.ok());
+        uint8_t* w = gw.at_end(wrb * static_cast<size_t>(nr));
+        uint8_t* a = ga.at_end(abytes);
+        for (int64_t r = 0; r < nr; ++r) gen_weights(g, wt, w + static_cast<size_t>(r) * wrb, n, Fill::random);
+        gen_acts(g, at, a, n, ActFill::random);
+        std::vector<float> y(static_cast<size_t>(nr));
+        gemm_rows(*simd_, wt, n, w, wrb, nr, a, abytes, 1, y.data(), nr);
+        for (int64_t r = 0; r < nr; ++r) {
+          const float want = simd_->vec_dot[tid(wt)](n, w + static_cast<size_t>(r) * wrb, a);
+          EXPECT_EQ(bits(y[static_cast<size_t>(r)]), bits(want))
+              << type_name(wt) << " " << isa_name(simd_->isa) << " row " << r << " of " << nr << ", n=" << n;
+        }
+      }
+    }
+  }
+}
+
 // A large product, as a model's layer runs it: every activation block of a long row and many
 // tiles (also the scalar and avx2 tables, whose products fall back to vec_dot or use their gemm).
 TEST_P(QuantSimd, GemmOfModelShape) {

@@ -16,6 +16,9 @@
 
 #include <gtest/gtest.h>
 
+#include "les/sched/io_probe.h"
+#include "les/sched/streaming_experts.h"
+#include "les/storage/device_probe.h"
 #include "les/storage/io.h"
 #include "les/storage/io_internal.h"
 #include "les/util/error.h"
@@ -153,6 +156,27 @@ TEST(StorageIoAlign, Helpers) {
   EXPECT_EQ(c.data(), p);
   EXPECT_EQ(b.data(), nullptr);
   EXPECT_THROW(AlignedBuffer(16, 3), les::Error);
+}
+
+// Unless one is asked for, every backend choice of the library is the one the CLI makes: io_uring
+// where this kernel lets the process use it, else pread (qemu-user, seccomp'd containers).
+TEST(StorageIoAlign, LibraryDefaultsFollowTheKernel) {
+  const IoMode want = have_uring() ? IoMode::uring : IoMode::pread;
+  EXPECT_EQ(default_io_mode(), want);
+  EXPECT_EQ(les::StreamingOptions{}.io_mode, want);
+  EXPECT_EQ(les::IoProbeOptions{}.io_mode, want);
+  EXPECT_EQ(ProbeOptions{}.io_mode, want);
+  // The default can be set up here: a backend of that mode opens a file.
+  const std::string path = std::filesystem::temp_directory_path() / ("les-default-io-" + std::to_string(getpid()));
+  {
+    std::vector<uint8_t> bytes(8192, 7);
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  EXPECT_NO_THROW(make_io_engine(default_io_mode(), open_direct(path)));
+  std::remove(path.c_str());
 }
 
 TEST(StorageIoAlign, ParseMode) {
