@@ -49,6 +49,15 @@ inline float half_to_float(uint16_t h) {
 
 inline int8x16_t load_s8(const int8_t* p) { return vld1q_s8(p); }
 
+// sum over the 16 sub-blocks of v[g] * bsums[g] (v: two int16x8 halves), as 4 int32 lanes.
+[[gnu::always_inline]] inline int32x4_t dot_bsums(const int16x8_t (&v)[2], const block_q8_K_u& a) {
+  const int16x8_t bs0 = vld1q_s16(a.bsums), bs1 = vld1q_s16(a.bsums + 8);
+  int32x4_t t = vmull_s16(vget_low_s16(v[0]), vget_low_s16(bs0));
+  t = vmlal_high_s16(t, v[0], bs0);
+  t = vmlal_s16(t, vget_low_s16(v[1]), vget_low_s16(bs1));
+  return vmlal_high_s16(t, v[1], bs1);
+}
+
 // Q2_K. Sub-block g (elements 16g .. 16g+15) = 8h + 2k + s holds the bits 2k of
 // qs[32h + 16s .. 32h + 16s + 15]. Decoded: q[g] = value * (scales[g] & 15) (0 .. 45, so int8
 // products need no per-sub-block accumulator), mins = scales >> 4 widened to int16.
@@ -93,11 +102,7 @@ struct Q2K {
 
   // sum over sub-blocks of bsums * min, for one weight block and one activation block.
   [[gnu::always_inline]] static int32x4_t min_products(const Weights& w, const block_q8_K_u& a) {
-    const int16x8_t bs0 = vld1q_s16(a.bsums), bs1 = vld1q_s16(a.bsums + 8);
-    int32x4_t m = vmull_s16(vget_low_s16(w.mins[0]), vget_low_s16(bs0));
-    m = vmlal_high_s16(m, w.mins[0], bs0);
-    m = vmlal_s16(m, vget_low_s16(w.mins[1]), vget_low_s16(bs1));
-    return vmlal_high_s16(m, w.mins[1], bs1);
+    return dot_bsums(w.mins, a);
   }
 
   // The per-block float update (the scalar reference's order); i8mm does it lane-wise.
@@ -159,11 +164,7 @@ struct Q3K {
 
   // -4 * sum over sub-blocks of scale * bsums: the offset of the u = q + 4 encoding.
   [[gnu::always_inline]] static int32x4_t offset(const Weights& w, const block_q8_K_u& a) {
-    const int16x8_t bs0 = vld1q_s16(a.bsums), bs1 = vld1q_s16(a.bsums + 8);
-    int32x4_t t = vmull_s16(vget_low_s16(w.scales_x_m4[0]), vget_low_s16(bs0));
-    t = vmlal_high_s16(t, w.scales_x_m4[0], bs0);
-    t = vmlal_s16(t, vget_low_s16(w.scales_x_m4[1]), vget_low_s16(bs1));
-    return vmlal_high_s16(t, w.scales_x_m4[1], bs1);
+    return dot_bsums(w.scales_x_m4, a);
   }
 
   [[gnu::always_inline]] static float finish(float acc, const Weights& w, float ad, Sums s) {

@@ -6,18 +6,12 @@
 // scalar reference, in lanes [r0c0, r0c1, r1c0, r1c1]. The float update is the lane-wise form of
 // the dotprod vec_dot's (same operations, same order), so every output equals that vec_dot (which
 // this table keeps) bit for bit. Edge rows and columns use the dotprod tiles.
+#include "les/quant/kernels_i8mm_zip.h"
 #include "les/quant/kernels_internal.h"
 #include "les/quant/kernels_k23x_arm.h"
 
 namespace les {
 namespace {
-
-inline int8x16_t zip_lo(int8x16_t x, int8x16_t y) {
-  return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)));
-}
-inline int8x16_t zip_hi(int8x16_t x, int8x16_t y) {
-  return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)));
-}
 
 // 16 decoded bytes of two weight rows, interleaved for SMMLA: elements 0..7 and 8..15.
 struct Interleaved {

@@ -5,6 +5,7 @@
 // is exact, so sumi and summ of each output equal the dotprod vec_dot's; the float steps per
 // block are the same IEEE operations lane by lane (kernels_k456_arm.h), so every output is
 // bit-identical to the dotprod vec_dot. Odd edge rows / columns use the dotprod tiles themselves.
+#include "les/quant/kernels_i8mm_zip.h"
 #include "les/quant/kernels_internal.h"
 #include "les/quant/kernels_k456_arm.h"
 
@@ -13,12 +14,6 @@ namespace {
 
 using namespace k456;
 
-inline uint8x16_t zip_lo(uint8x16_t a, uint8x16_t b) {
-  return vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u8(a), vreinterpretq_u64_u8(b)));
-}
-inline uint8x16_t zip_hi(uint8x16_t a, uint8x16_t b) {
-  return vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u8(a), vreinterpretq_u64_u8(b)));
-}
 // SMMLA over 16 elements at offset off of two activation rows (w_lo, w_hi: the weights of those
 // elements, rows interleaved: bytes 0-7 / 8-15 of the 16).
 inline int32x4_t mmla16(int32x4_t acc, int8x16_t w_lo, int8x16_t w_hi, const uint8_t* y0, const uint8_t* y1) {

@@ -10,18 +10,12 @@
 
 #include <arm_neon.h>
 
+#include "les/quant/kernels_i8mm_zip.h"
 #include "les/quant/kernels_internal.h"
 #include "les/quant/kernels_q32_arm.h"
 
 namespace les {
 namespace {
-
-inline int8x16_t zip_lo64(int8x16_t a, int8x16_t b) {
-  return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
-inline int8x16_t zip_hi64(int8x16_t a, int8x16_t b) {
-  return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
 
 // Halves at p and q widened to [p, p, q, q] and [p, q, p, q].
 inline float32x4_t halves_ppqq(const uint8_t* p, const uint8_t* q) {
@@ -46,10 +40,10 @@ inline float32x4_t tile_block(float32x4_t acc, const uint8_t* w0, const uint8_t*
   D::decode(w1, w1l, w1h);
   Act<D>::load(a0, a0l, a0h);
   Act<D>::load(a1, a1l, a1h);
-  int32x4_t s = vmmlaq_s32(vdupq_n_s32(0), zip_lo64(w0l, w1l), zip_lo64(a0l, a1l));
-  s = vmmlaq_s32(s, zip_hi64(w0l, w1l), zip_hi64(a0l, a1l));
-  s = vmmlaq_s32(s, zip_lo64(w0h, w1h), zip_lo64(a0h, a1h));
-  s = vmmlaq_s32(s, zip_hi64(w0h, w1h), zip_hi64(a0h, a1h));
+  int32x4_t s = vmmlaq_s32(vdupq_n_s32(0), zip_lo(w0l, w1l), zip_lo(a0l, a1l));
+  s = vmmlaq_s32(s, zip_hi(w0l, w1l), zip_hi(a0l, a1l));
+  s = vmmlaq_s32(s, zip_lo(w0h, w1h), zip_lo(a0h, a1h));
+  s = vmmlaq_s32(s, zip_hi(w0h, w1h), zip_hi(a0h, a1h));
   acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_f32(halves_ppqq(w0, w1), halves_pqpq(a0, a1)));
   if constexpr (D::kAffine) acc = vfmaq_f32(acc, halves_ppqq(w0 + 2, w1 + 2), halves_pqpq(a0 + 2, a1 + 2));
   return acc;
