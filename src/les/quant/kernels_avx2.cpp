@@ -168,12 +168,13 @@ inline __m256i q4k_chunk(const uint8_t* qs, const int8_t* q8, __m256i sm) {
                           _mm256_madd_epi16(ph, bcast_u8_to16<2 * J + 1>(sm)));
 }
 
-// Prefetch of the `bytes` of weights kAhead past p: a matrix-vector product walks one contiguous
-// stream of rows, which the hardware prefetchers alone keep too few lines ahead of from DRAM (as
-// the tiles' Ahead1, kernels_tiles_avx2.cpp; docs/kernels.md).
-constexpr size_t kAhead = 4096;
+// Prefetch of the `bytes` of weights kMatVecPrefetchAhead past p: a matrix-vector product walks one
+// contiguous stream of rows, which the hardware prefetchers alone keep too few lines ahead of from
+// DRAM (as the tiles' Ahead1, kernels_tiles_avx2.cpp; docs/kernels.md).
 inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kAhead + o), _MM_HINT_T0);
+  for (size_t o = 0; o < bytes; o += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kMatVecPrefetchAhead + o), _MM_HINT_T0);
+  }
 }
 
 float vec_dot_q4_K(int64_t n, const void* vw, const void* va) {

@@ -26,7 +26,7 @@ struct DpVnni {
 
 // Tiles of one weight row x two activation rows (16 ymm registers); one activation row: one row
 // at a time, each tile prefetching its stream 4 KiB ahead (as the AVX2 tiles; docs/kernels.md).
-using PVnni = tiles::PYmm2<DpVnni, 1, 2, 1, false, 4096>;
+using PVnni = tiles::PYmm2<DpVnni, 1, 2, 1, false, kMatVecPrefetchAhead>;
 
 template <class W>
 void set_int(KernelTable& t, Type ty) {

@@ -23,6 +23,11 @@ void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 +
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
 void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
 
+// How far ahead of itself an x86 matrix-vector kernel without row tiles (the AVX2 and AVX-VNNI 1 x 1
+// tiles, the AVX2 vec_dots) prefetches its weight stream: measured best of 2, 4 and 8 KiB for
+// decode-shaped products from DRAM (docs/kernels.md, "The AVX2 policy").
+inline constexpr size_t kMatVecPrefetchAhead = 4096;
+
 // aarch64 (files named *_neon.cpp, *_dotprod.cpp, *_i8mm.cpp get their -march in CMakeLists.txt).
 // Derivation: scalar -> neon -> dotprod -> i8mm. Each family of types has one file per ISA:
 //   q32:  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (32-element blocks), F32, F16, BF16, and the

@@ -41,7 +41,7 @@ struct DpAvx2 {
 // stream that each tile prefetches 4 KiB ahead of itself: the hardware prefetchers alone left
 // decode-shaped products from DRAM 20% slower (bench_kernels --decode, q4_K and q6_K; 2 KiB and
 // 8 KiB were slower than 4 KiB), and prefetching the whole next row at once was no faster.
-using PAvx2 = tiles::PYmm2<DpAvx2, 1, 4, 1, false, 4096>;
+using PAvx2 = tiles::PYmm2<DpAvx2, 1, 4, 1, false, kMatVecPrefetchAhead>;
 
 template <class W>
 void set_int(KernelTable& t, Type ty) {
