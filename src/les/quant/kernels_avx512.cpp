@@ -87,6 +87,13 @@ struct P512 {
   static VI or_bits(VI v, uint64_t bits, char byte) {
     return _mm512_mask_add_epi8(v, static_cast<__mmask64>(bits), v, _mm512_set1_epi8(byte));
   }
+  // Bytes of v whose bit S0 (lower 256 bits) / S1 (upper) of h is set get bit B (clear in v).
+  template <int S0, int S1, int B>
+  static VI or_bit_if(VI v, VI h) {
+    const __mmask64 m = _mm512_test_epi8_mask(h, _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi8(static_cast<char>(1 << S0)),
+                                                                          _mm512_set1_epi8(static_cast<char>(1 << S1))));
+    return _mm512_mask_add_epi8(v, m, v, _mm512_set1_epi8(static_cast<char>(1 << B)));
+  }
   static VI maddubs(VI u, VI y) { return _mm512_maddubs_epi16(u, y); }
   // s[2G] in both int16 halves of int32 lanes 0-7, s[2G+1] in lanes 8-15.
   template <int G>
