@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "les/util/error.h"
 
@@ -28,6 +29,9 @@ std::shared_ptr<storage::ReadFile> open_model_file(const Model& model, const Str
   if (opt.io_mode == storage::IoMode::naive) return storage::open_buffered(model.path());
   return storage::open_direct(model.path());
 }
+
+// Threads that zero the expert arena at startup (nothing else runs yet): every core, at most 8.
+int startup_threads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
 
 }  // namespace
 
@@ -126,8 +130,8 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
     // otherwise land on the first reads into each slot, inside the token loop); withheld slots
     // stay untouched (not resident) until release_withheld().
     const int active = cp.n_slots - withheld_[c];
-    arena_.populate(static_cast<size_t>(slots_[pools_[c].first].data - arena_.data()),
-                    static_cast<size_t>(active) * cp.slot_bytes);
+    arena_.populate_parallel(static_cast<size_t>(slots_[pools_[c].first].data - arena_.data()),
+                             static_cast<size_t>(active) * cp.slot_bytes, startup_threads());
     if (active > 0) active_regions.emplace_back(slots_[pools_[c].first].data, static_cast<size_t>(active) * cp.slot_bytes);
     stats_.slot_classes.emplace_back(cp.slot_bytes, active);
   }

@@ -82,6 +82,10 @@ class AlignedBuffer {
   // with transparent huge pages requested (madvise), so this takes one fault per 2 MiB where the
   // kernel grants them.
   void populate(size_t offset, size_t length);
+  // The same with up to `threads` threads (the caller's included), each taking a share cut at
+  // 2 MiB boundaries: zeroing pages is bound by one core's memory bandwidth. For startup, when
+  // nothing else runs.
+  void populate_parallel(size_t offset, size_t length, int threads);
   static constexpr size_t kHugePage = size_t{2} << 20;
   static constexpr size_t kHugeBufferBytes = size_t{32} << 20;
 

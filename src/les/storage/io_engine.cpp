@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "les/storage/io_internal.h"
 #include "les/util/error.h"
@@ -91,6 +93,31 @@ void AlignedBuffer::populate(size_t offset, size_t length) {
   }
 #endif
   std::memset(data_ + offset, 0, length);
+}
+
+void AlignedBuffer::populate_parallel(size_t offset, size_t length, int threads) {
+  LES_ASSERT(offset <= capacity_ && length <= capacity_ - offset);
+  const size_t pieces = std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), length / kHugePage);
+  if (pieces <= 1) {
+    populate(offset, length);
+    return;
+  }
+  // Cuts at 2 MiB boundaries of the addresses, so that no huge page is faulted by two threads.
+  const size_t per = (length / pieces + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data_ + offset);
+  std::vector<size_t> cuts{offset};
+  for (size_t k = 1; k < pieces; ++k) {
+    const uintptr_t at = (b + k * per + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t off = static_cast<size_t>(at - reinterpret_cast<uintptr_t>(data_));
+    if (off > cuts.back() && off < offset + length) cuts.push_back(off);
+  }
+  cuts.push_back(offset + length);
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k + 1 < cuts.size(); ++k) {
+    helpers.emplace_back([this, from = cuts[k], to = cuts[k + 1]] { populate(from, to - from); });
+  }
+  populate(cuts[0], cuts[1] - cuts[0]);
+  for (std::thread& t : helpers) t.join();
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
