@@ -25,7 +25,8 @@
 //   y < 0),
 //   zext (256 -> VI, upper zero), fold_set_high (lower 8 lanes: lower + upper halves' lanes;
 //   upper 8 lanes: the given 256-bit vector), or_bits (bytes j with bit j set get v | byte),
-//   maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
+//   or_bit_if<S0, S1, B>(v, h) (bit B, clear in v, set in the bytes whose bit S0 (lower 256 bits) /
+//   S1 (upper) of h is set), maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
 //   each int32 lane, see below), fzero, fset1,
 //   fset_f16pair (the fp16 pair at p: first in lanes 0-7, second in 8-15), fsplat_pair(v4, g)
 //   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum; optionally hsum4 (four
@@ -247,18 +248,6 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   store_sums<P, R, C>(acc, y, ys);
 }
 
-// v with bit B set in the bytes whose bit S0 (lower 256 bits) / S1 (upper 256 bits) of h is set
-// (bit B of v clear in all bytes). The policy's or_bit_if (AVX-512: one byte test into a mask and
-// one masked add) where it has one; else shift, mask, shift back and or.
-template <class P, int S0, int S1, int B>
-inline typename P::VI or_bit_if(typename P::VI v, typename P::VI h) {
-  if constexpr (requires { P::template or_bit_if<S0, S1, B>(v, h); }) {
-    return P::template or_bit_if<S0, S1, B>(v, h);
-  } else {
-    return P::or_(v, P::template sll32<B>(P::and_(P::template srl_halves<S0, S1>(h), P::set1_8(1))));
-  }
-}
-
 // Multiply-accumulate of a group's weights with its sub-block scales: vpmaddubsw (pairs of
 // products, exact for u <= 63: |sum| <= 2 * 63 * 128) then vpdpwssd with the scale in both int16
 // halves of each lane (s, s): acc += s * (p0 + p1).
@@ -300,7 +289,7 @@ struct KQ45 : MulPairs {
     typename P::VI u = P::and_(P::template srl_halves<0, 4>(v), P::set1_8(0x0f));
     if constexpr (Five) {
       const typename P::VI h = P::bcast32(b + offsetof(block_q5_K, qh));
-      u = or_bit_if<P, 2 * G, 2 * G + 1, 4>(u, h);
+      u = P::template or_bit_if<2 * G, 2 * G + 1, 4>(u, h);
     }
     return u;
   }
@@ -380,7 +369,7 @@ struct KQ3 : MulPairs {
     constexpr int H = G / 2, K = 2 * (G % 2);
     const typename P::VI v = P::bcast32(b + offsetof(block_q3_K, qs) + 32 * H);
     const typename P::VI lo = P::and_(P::template srl_halves<2 * K, 2 * K + 2>(v), P::set1_8(3));
-    return or_bit_if<P, 4 * H + K, 4 * H + K + 1, 2>(lo, P::bcast32(b + offsetof(block_q3_K, hmask)));
+    return P::template or_bit_if<4 * H + K, 4 * H + K + 1, 2>(lo, P::bcast32(b + offsetof(block_q3_K, hmask)));
   }
   template <class P, int G>
   static typename P::VI scale(const State<P>& s) {
