@@ -193,7 +193,7 @@ void StreamingExperts::on_token_done() {
   d.promoted -= io_base_.promoted; d.ops -= io_base_.ops; d.syscalls -= io_base_.syscalls;
   d.submit_calls -= io_base_.submit_calls; d.bytes -= io_base_.bytes; d.retries -= io_base_.retries;
   d.short_reads -= io_base_.short_reads; d.busy_us -= io_base_.busy_us;
-  d.busy_nonspec_us -= io_base_.busy_nonspec_us;
+  d.busy_nonspec_us -= io_base_.busy_nonspec_us; d.fixed_reads -= io_base_.fixed_reads;
   stats_.io = d;
 }
 

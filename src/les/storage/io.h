@@ -186,7 +186,7 @@ struct IoCounters {
   uint64_t busy_us = 0;      // wall time with at least one op in flight
   uint64_t busy_nonspec_us = 0;  // ... with at least one demand or prefetch op in flight
   uint32_t max_in_flight = 0;
-  uint64_t fixed_reads = 0;  // SQEs issued as READ_FIXED into registered buffers (uring)
+  uint64_t fixed_reads = 0;  // READ_FIXED SQEs completed into registered buffers (uring)
 };
 
 enum class IoMode : uint8_t { uring, pread, naive, fake };

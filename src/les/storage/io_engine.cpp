@@ -431,6 +431,7 @@ void QueuedIoEngine::finish_op_locked(const OpRef& ref, OpResult&& res) {
   if (mode_ != IoMode::uring) counters_.submit_calls += res.syscalls;
   counters_.retries += res.retries;
   counters_.short_reads += res.short_reads;
+  counters_.fixed_reads += res.fixed_reads;
   counters_.bytes += res.bytes;
   Request* r = ref.req;
   ++r->finished;

@@ -29,6 +29,7 @@ struct OpResult {
   uint32_t syscalls = 0;
   uint32_t retries = 0;
   uint32_t short_reads = 0;
+  uint32_t fixed_reads = 0;  // completed READ_FIXED SQEs (uring)
 };
 
 // Progress of one op through repeated read calls. The caller issues a read of next_length()

@@ -131,6 +131,7 @@ class UringEngine final : public QueuedIoEngine {
   struct Slot {
     OpRef ref;
     ReadProgress progress;
+    bool in_fixed = false;  // the SQE in the kernel is a READ_FIXED
   };
 
   void prep_locked(uint32_t s) {
@@ -143,11 +144,11 @@ class UringEngine final : public QueuedIoEngine {
     const int buf = fixed_buffer(static_cast<uint8_t*>(p.next_dst()), n);
     if (buf >= 0) {
       io_uring_prep_read_fixed(sqe, fixed_ ? 0 : fd_, p.next_dst(), static_cast<unsigned>(n), p.next_offset(), buf);
-      ++counters_.fixed_reads;
     } else {
       io_uring_prep_read(sqe, fixed_ ? 0 : fd_, p.next_dst(), static_cast<unsigned>(n), p.next_offset());
     }
     if (fixed_) sqe->flags |= IOSQE_FIXED_FILE;
+    slots_[s].in_fixed = buf >= 0;
     io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(s) + 1);
     unsubmitted_.push_back(s);
   }
@@ -200,6 +201,8 @@ class UringEngine final : public QueuedIoEngine {
     if (data == kWakeTag) return;
     const uint32_t s = static_cast<uint32_t>(data - 1);
     LES_ASSERT(s < slots_.size());
+    // Counted on completion, like syscalls, so fixed_reads <= syscalls at every moment.
+    if (slots_[s].in_fixed) ++slots_[s].progress.result().fixed_reads;
     if (slots_[s].progress.on_result(cqe->res)) {
       prep_locked(s);  // remainder or retry, submitted with the next batch
     } else {
