@@ -110,6 +110,30 @@ struct P512 {
     return _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(s16));
   }
 
+  // The fp16 words at p + k S (k < 4), then with Pair those at p + 2 + k S, packed into 4 / 8
+  // words; one or two masked loads name exactly those words (nothing else is read), vpermw packs.
+  template <size_t S, bool Pair>
+  static __m128i f16_words(const uint8_t* p) {
+    static_assert(S % 2 == 0 && 3 * (S / 2) + 1 < 64);
+    constexpr int w = static_cast<int>(S / 2);
+    constexpr auto word = [](int j) { return (j % 4) * w + (Pair ? j / 4 : 0); };
+    constexpr uint64_t mask = [word] {
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= uint64_t{1} << word(j);
+      return m;
+    }();
+    const __m512i idx = _mm512_castsi128_si512(_mm_setr_epi16(static_cast<short>(word(0)), static_cast<short>(word(1)),
+        static_cast<short>(word(2)), static_cast<short>(word(3)), static_cast<short>(word(4)), static_cast<short>(word(5)),
+        static_cast<short>(word(6)), static_cast<short>(word(7))));
+    const __m512i lo = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(mask), p);
+    if constexpr ((mask >> 32) == 0) {
+      return _mm512_castsi512_si128(_mm512_permutexvar_epi16(idx, lo));
+    } else {
+      const __m512i hi = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(mask >> 32), p + 64);
+      return _mm512_castsi512_si128(_mm512_permutex2var_epi16(lo, idx, hi));
+    }
+  }
+
   static VF fzero() { return _mm512_setzero_ps(); }
   static VF fset1(float x) { return _mm512_set1_ps(x); }
   static VF fset_f16pair(const uint8_t* p) {

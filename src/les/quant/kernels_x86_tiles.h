@@ -30,7 +30,7 @@
 //   each int32 lane, see below), fzero, fset1,
 //   fset_f16pair (the fp16 pair at p: first in lanes 0-7, second in 8-15), fsplat_pair(v4, g)
 //   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum; optionally hsum4 (four
-//   hsums at once, bit-identical to hsum).
+//   hsums at once, bit-identical to hsum) and f16_words<S, Pair> (see block_f16).
 #pragma once
 
 #include <immintrin.h>
@@ -553,11 +553,34 @@ struct KQ8_0 {
   }
 };
 
+static_assert(offsetof(block_q4_1, m) == 2 && offsetof(block_q5_1, m) == 2);  // step_32 reads d, m as a pair
+
 // The fp16 values at p, p + stride, .. (nb <= 4 of them; the rest 0) as 4 floats.
 inline __m128 f16x4(const uint8_t* p, size_t stride, int nb) {
   uint64_t v = 0;
   for (int k = 0; k < nb; ++k) v |= uint64_t{ld_u16(p + static_cast<size_t>(k) * stride)} << (16 * k);
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+}
+
+// The fp16 scales of NB consecutive blocks of S bytes at p: those at p + k S in `first` (k < NB,
+// the rest 0); with Pair also those at p + 2 + k S in `second`. Four blocks go through the
+// policy's f16_words<S, Pair> where it has one (only the 8 or 16 bytes named are read: no
+// access past the last block), else through scalar loads. The conversions are exact either way.
+template <class P, size_t S, int NB, bool Pair>
+inline void block_f16(const uint8_t* p, __m128& first, __m128& second) {
+  if constexpr (NB == 4 && requires { P::template f16_words<S, Pair>(p); }) {
+    const __m128i h = P::template f16_words<S, Pair>(p);
+    if constexpr (Pair) {
+      const __m256 v = _mm256_cvtph_ps(h);
+      first = _mm256_castps256_ps128(v);
+      second = _mm256_extractf128_ps(v, 1);
+    } else {
+      first = _mm_cvtph_ps(h);
+    }
+  } else {
+    first = f16x4(p, S, NB);
+    if constexpr (Pair) second = f16x4(p + 2, S, NB);
+  }
 }
 
 // NB (1, 2 or 4) consecutive blocks from block offset wo / ao of every row of the tile.
@@ -572,22 +595,33 @@ inline void step_32(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_
   constexpr size_t a_qs = W::kMin ? kQ81_qs : kQ80_qs;
   constexpr size_t a_d = W::kMin ? kQ81_d : kQ80_d;
   constexpr int NG = (NB + 1) / 2;  // groups (pairs of blocks)
+  static_assert(offsetof(typename W::Block, d) == 0);  // and m at 2 where kMin (below)
+  // The scale of a product is d_w * d_a per block: with several activation rows the weights'
+  // scales are splat once and multiplied per row (dw); with one, the 4 products are formed in an
+  // xmm and splat (one multiply per row instead of one per group). The same floats either way.
   VI u[R][NG];
   VF dw[R][NG];
+  __m128 dw4[R];
   __m128 mw[R];
   for (int r = 0; r < R; ++r) {
     const uint8_t* b = wr.p[r] + wo;
     for (int g = 0; g < NG; ++g) u[r][g] = W::template decode<P>(b + 2 * g * WB, 2 * g + 1 < NB ? b + (2 * g + 1) * WB : nullptr);
-    const __m128 d4 = f16x4(b, WB, NB);
-    for (int g = 0; g < NG; ++g) dw[r][g] = P::fsplat_pair(d4, g);
-    if constexpr (W::kMin) mw[r] = f16x4(b + 2, WB, NB);
+    block_f16<P, WB, NB, W::kMin>(b, dw4[r], mw[r]);
+    if constexpr (C > 1) {
+      for (int g = 0; g < NG; ++g) dw[r][g] = P::fsplat_pair(dw4[r], g);
+    }
   }
   for (int c = 0; c < C; ++c) {
     const uint8_t* y = ar.p[c] + ao;
-    const __m128 d4 = f16x4(y + a_d, AB, NB);
+    static_assert(kQ81_s == kQ81_d + 2);
+    __m128 d4, s4;
+    block_f16<P, AB, NB, W::kMin>(y + a_d, d4, s4);
     if constexpr (W::kMin) {
-      const __m128 s4 = f16x4(y + kQ81_s, AB, NB);
       for (int r = 0; r < R; ++r) acc_ms[r][c] = _mm_fmadd_ps(mw[r], s4, acc_ms[r][c]);
+    }
+    __m128 dd4[C == 1 ? R : 1];
+    if constexpr (C == 1) {
+      for (int r = 0; r < R; ++r) dd4[r] = _mm_mul_ps(dw4[r], d4);
     }
     for (int g = 0; g < NG; ++g) {
       const uint8_t* y0 = y + 2 * g * AB;
@@ -596,10 +630,17 @@ inline void step_32(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_
       if constexpr (W::kOffset != 0) {
         base = P::sub32(P::izero(), dpbusd_max<P, W::kOffset>(P::izero(), P::set1_8(static_cast<char>(W::kOffset)), yv));
       }
-      const VF da = P::fsplat_pair(d4, g);
-      for (int r = 0; r < R; ++r) {
-        const VI isum = dpbusd_max<P, W::kMaxU>(base, u[r][g], yv);
-        acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r][g], da), acc[r][c]);
+      if constexpr (C == 1) {
+        for (int r = 0; r < R; ++r) {
+          const VI isum = dpbusd_max<P, W::kMaxU>(base, u[r][g], yv);
+          acc[r][c] = P::fmadd(P::cvt(isum), P::fsplat_pair(dd4[r], g), acc[r][c]);
+        }
+      } else {
+        const VF da = P::fsplat_pair(d4, g);
+        for (int r = 0; r < R; ++r) {
+          const VI isum = dpbusd_max<P, W::kMaxU>(base, u[r][g], yv);
+          acc[r][c] = P::fmadd(P::cvt(isum), P::fmul(dw[r][g], da), acc[r][c]);
+        }
       }
     }
   }
