@@ -43,6 +43,12 @@ std::vector<storage::ExpertExtents> synthetic_experts() {
   return ex;
 }
 
+// The probe of a fake device whose model is known. The model's upper bounds and the probe's
+// structure hold for every probe (sleeps only overshoot). The lower bounds and the comparisons
+// between queue depths need the sleeps to wake on time, which a starved machine (sanitizers,
+// parallel tests, a busy hypervisor: seen in CI, 143 MB/s at queue depth 16 under TSan) does
+// not give: a probe that misses one of them is taken again, up to 4 probes in all, and the test
+// fails if none meets them all.
 TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   auto file = storage::make_memory_file(std::vector<uint8_t>(16 << 20, 7), "fake device", 4096);
   storage::ProbeOptions po;
@@ -55,62 +61,74 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
   po.experts_per_token = 2;
   po.point_seconds = 0.15;
   po.idle_seconds = 0.01;
-  size_t calls = 0, total = 0;
-  po.progress = [&](size_t done, size_t t) {
-    ++calls;
-    total = t;
-    EXPECT_EQ(done, calls);
-  };
-  const DeviceProbe p = storage::probe_device(file, synthetic_experts(), po);
-  EXPECT_EQ(p.expert_bytes, 3u * (128 << 10));
-  EXPECT_EQ(p.expert_extents, 3);
-  EXPECT_EQ(calls, total);
-  // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole,
-  // plus whole re-reads of the warm set (here every expert: 12 MiB < 256 MiB).
-  EXPECT_EQ(p.points.size(), 6u * 3u);
-  int warm = 0;
-  for (const ProbePoint& x : p.points) {
-    if (x.pattern != ProbePoint::warm) continue;
-    ++warm;
-    EXPECT_TRUE(x.whole_expert);
-    EXPECT_LT(x.sustained_mbs, 640);  // no cache in front of this device: no faster than cold
-  }
-  EXPECT_EQ(warm, 3);
-  for (const ProbePoint& x : p.points) {
-    if (x.pattern == ProbePoint::sweep) {
-      EXPECT_LT(x.sustained_mbs, 640);
+  std::string misses;
+  constexpr int kProbes = 4;
+  for (int attempt = 1; attempt <= kProbes; ++attempt) {
+    size_t calls = 0, total = 0;
+    po.progress = [&](size_t done, size_t t) {
+      ++calls;
+      total = t;
+      EXPECT_EQ(done, calls);
+    };
+    const DeviceProbe p = storage::probe_device(file, synthetic_experts(), po);
+    EXPECT_EQ(p.expert_bytes, 3u * (128 << 10));
+    EXPECT_EQ(p.expert_extents, 3);
+    EXPECT_EQ(calls, total);
+    // 64 KiB, E/8 = 48 KiB and E/4 = 96 KiB (E/2 is not below the largest extent), plus whole,
+    // plus whole re-reads of the warm set (here every expert: 12 MiB < 256 MiB).
+    EXPECT_EQ(p.points.size(), 6u * 3u);
+    int warm = 0;
+    for (const ProbePoint& x : p.points) {
+      if (x.pattern != ProbePoint::warm) continue;
+      ++warm;
+      EXPECT_TRUE(x.whole_expert);
+      EXPECT_LT(x.sustained_mbs, 640);  // no cache in front of this device: no faster than cold
     }
+    EXPECT_EQ(warm, 3);
+    for (const ProbePoint& x : p.points) {
+      if (x.pattern == ProbePoint::sweep) {
+        EXPECT_LT(x.sustained_mbs, 640);
+      }
+    }
+    ASSERT_NE(p.find_whole(1), nullptr);
+    EXPECT_EQ(p.find_whole(1)->pattern, ProbePoint::cold);
+    ASSERT_NE(p.find(64 << 10, 1), nullptr);
+    EXPECT_EQ(p.find(192 << 10, 1), nullptr);
+    ASSERT_NE(p.find_whole(16), nullptr);
+    // The model's upper bounds. One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s.
+    EXPECT_LT(p.find(64 << 10, 1)->sustained_mbs, 75);
+    // One op in flight: at most the 96 KiB op's 96 KiB per 1.28 ms = 77 MB/s.
+    EXPECT_LT(p.ceiling_mbs(1), 80);
+    // Whole experts one at a time are three ops in parallel: 384 KiB per 1.61 ms = 244 MB/s.
+    EXPECT_EQ(p.ops_of(*p.find_whole(4)), 12);
+    EXPECT_LT(p.ceiling_mbs(3), 265);
+    // Deep queues reach the device's 600 MB/s, never more.
+    EXPECT_LT(p.ceiling_mbs(16), 640);
+    const std::string table = storage::format_probe(p);
+    EXPECT_NE(table.find("qd 16"), std::string::npos) << table;
+    EXPECT_NE(table.find("expert 0.38M"), std::string::npos) << table;
+    EXPECT_NE(table.find("sweep 0.38M"), std::string::npos) << table;
+    EXPECT_NE(table.find("warm 0.38M"), std::string::npos) << table;
+
+    // The lower bounds (loose: a loaded machine wakes sleeps late) and what follows from them:
+    // two experts at a time with 16 ops, chunks (8 ops per expert) beat whole reads (3 ops).
+    const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
+    std::string miss;
+    auto need = [&](bool ok, const char* what) {
+      if (!ok) miss += std::string(miss.empty() ? "" : ", ") + what;
+    };
+    need(p.find(64 << 10, 1)->sustained_mbs > 20, "64 KiB at qd 1 > 20 MB/s");
+    need(p.ceiling_mbs(3) > 90, "ceiling at 3 ops > 90 MB/s");
+    need(p.ceiling_mbs(16) > 250, "ceiling at 16 ops > 250 MB/s");
+    need(p.ceiling_mbs(16) > 1.5 * p.ceiling_mbs(3), "16 ops > 1.5x 3 ops");
+    need(p.find_whole(16)->latency_us > p.find_whole(1)->latency_us, "latency grows with the queue");
+    need(c.chunk > 0 && c.chunk < p.expert_bytes, "chunks chosen for 2 experts at 16 ops");
+    need(c.chosen_mbs > 1.3 * c.whole_mbs, "chunks 1.3x whole reads");
+    if (miss.empty()) return;
+    misses += "probe " + std::to_string(attempt) + " missed: " + miss + "\n" + table;
+    std::printf("probe %d missed: %s (probing again)\n", attempt, miss.c_str());
   }
-  EXPECT_EQ(p.find_whole(1)->pattern, ProbePoint::cold);
-  ASSERT_NE(p.find_whole(1), nullptr);
-  ASSERT_NE(p.find(64 << 10, 1), nullptr);
-  EXPECT_EQ(p.find(192 << 10, 1), nullptr);
-  // The upper bounds are the model's; sleeps only overshoot, and a loaded machine (sanitizers,
-  // parallel tests) wakes them late, so the lower bounds are loose.
-  // One 64 KiB op at a time: 64 KiB per 955 us = 69 MB/s.
-  EXPECT_GT(p.find(64 << 10, 1)->sustained_mbs, 20);
-  EXPECT_LT(p.find(64 << 10, 1)->sustained_mbs, 75);
-  // One op in flight: at most the 96 KiB op's 96 KiB per 1.28 ms = 77 MB/s.
-  EXPECT_LT(p.ceiling_mbs(1), 80);
-  // Whole experts one at a time are three ops in parallel: 384 KiB per 1.61 ms = 244 MB/s.
-  EXPECT_EQ(p.ops_of(*p.find_whole(4)), 12);
-  EXPECT_GT(p.ceiling_mbs(3), 90);
-  EXPECT_LT(p.ceiling_mbs(3), 265);
-  // Deep queues reach the device's 600 MB/s, never more.
-  EXPECT_GT(p.ceiling_mbs(16), 250);
-  EXPECT_LT(p.ceiling_mbs(16), 640);
-  EXPECT_GT(p.ceiling_mbs(16), 1.5 * p.ceiling_mbs(3));
-  EXPECT_GT(p.find_whole(16)->latency_us, p.find_whole(1)->latency_us);
-  // Two experts at a time with 16 ops: chunks (8 ops per expert) beat whole reads (3 ops).
-  const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
-  EXPECT_GT(c.chunk, 0u);
-  EXPECT_LT(c.chunk, p.expert_bytes);
-  EXPECT_GT(c.chosen_mbs, 1.3 * c.whole_mbs);
-  const std::string table = storage::format_probe(p);
-  EXPECT_NE(table.find("qd 16"), std::string::npos) << table;
-  EXPECT_NE(table.find("expert 0.38M"), std::string::npos) << table;
-  EXPECT_NE(table.find("sweep 0.38M"), std::string::npos) << table;
-  EXPECT_NE(table.find("warm 0.38M"), std::string::npos) << table;
+  ADD_FAILURE() << "no probe of " << kProbes << " met the fake device's lower bounds:\n" << misses;
 }
 
 TEST(DeviceProbe, BadInputIsAClearError) {
