@@ -33,6 +33,28 @@ std::shared_ptr<storage::ReadFile> open_model_file(const Model& model, const Str
 // Threads that zero the expert arena at startup (nothing else runs yet): every core, at most 8.
 int startup_threads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
 
+// The engine's counters since `base` (max_in_flight is a maximum, kept as is). A counter added to
+// IoCounters changes its size and stops the build here until it is subtracted too (fixed_reads
+// once was not, and the stats compared counts of different intervals).
+storage::IoCounters counters_since(const storage::IoCounters& now, const storage::IoCounters& base) {
+  static_assert(sizeof(storage::IoCounters) == 14 * sizeof(uint64_t), "subtract the new IoCounters field below");
+  storage::IoCounters d = now;
+  d.requests -= base.requests;
+  d.errors -= base.errors;
+  d.cancelled -= base.cancelled;
+  d.promoted -= base.promoted;
+  d.ops -= base.ops;
+  d.syscalls -= base.syscalls;
+  d.submit_calls -= base.submit_calls;
+  d.bytes -= base.bytes;
+  d.retries -= base.retries;
+  d.short_reads -= base.short_reads;
+  d.busy_us -= base.busy_us;
+  d.busy_nonspec_us -= base.busy_nonspec_us;
+  d.fixed_reads -= base.fixed_reads;
+  return d;
+}
+
 }  // namespace
 
 double StreamingExperts::now_s() {
@@ -188,13 +210,7 @@ void StreamingExperts::on_token_done() {
   last_busy_nonspec_us_ = c.busy_nonspec_us;
   last_token_t_ = t;
   last_busy_us_ = c.busy_us;
-  storage::IoCounters d = c;
-  d.requests -= io_base_.requests; d.errors -= io_base_.errors; d.cancelled -= io_base_.cancelled;
-  d.promoted -= io_base_.promoted; d.ops -= io_base_.ops; d.syscalls -= io_base_.syscalls;
-  d.submit_calls -= io_base_.submit_calls; d.bytes -= io_base_.bytes; d.retries -= io_base_.retries;
-  d.short_reads -= io_base_.short_reads; d.busy_us -= io_base_.busy_us;
-  d.busy_nonspec_us -= io_base_.busy_nonspec_us; d.fixed_reads -= io_base_.fixed_reads;
-  stats_.io = d;
+  stats_.io = counters_since(c, io_base_);
 }
 
 }  // namespace les
