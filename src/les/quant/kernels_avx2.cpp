@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "les/quant/blocks.h"
 #include "les/quant/kernels.h"
@@ -379,6 +380,18 @@ float vec_dot_q2_K(int64_t n, const void* vw, const void* va) {
 // ---------------------------------------------------------------------------------------------
 // 32-element block types
 //
+// Each type is given in three parts (the *Ops structs): its weight block decoded (Wv), its
+// activation block prepared (Av), and their integer dot as int32x8 partial sums. A tile of R
+// weight rows x C activation rows (tile_q8_0 / tile_q8_1) computes each of its R*C products with
+// exactly the instructions and float order of the 1 x 1 tile, which is the vec_dot, so the gemm
+// equals vec_dot bit for bit. What a tile shares: the decoding of a weight block (across its
+// activation rows), an activation block's loads and offset terms and its scale (across its rows).
+// Matrix-vector products use 4 x 1 tiles, batches 1 x 4. The gemm is registered where the
+// tiles beat vec_dot per output (bench_kernels, docs/kernels.md): Q4_0, Q4_1, Q5_1 and IQ4_NL.
+// Q5_0 measured even and Q8_0 (one load and one vpabsb to decode: little to share) slower
+// (0.86x batched with 2 x 2 tiles, 0.7x with 1 x 4, 0.94x matrix-vector with 4 x 1); their
+// products stay with vec_dot, which is the 1 x 1 tile either way.
+//
 // Blocks go in groups of four: the four blocks' int32x8 partial sums are folded by three vphaddd
 // into one vector [b0 b1 b2 b3 | b0 b1 b2 b3] (each lane half of one block's sum), converted once
 // and multiplied by the four blocks' scales, which are converted together by one vcvtph2ps.
@@ -401,10 +414,6 @@ inline bool has_minus128(__m256i v) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(static_cast<char>(-128)))) != 0;
 }
 
-inline __m256i reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
-  return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-}
-
 // The halves at p, p+stride, p+2*stride, p+3*stride as 4 floats.
 inline __m128 load4_f16(const uint8_t* p, size_t stride) {
   const uint64_t v = load_u16_wide(p) | (load_u16_wide(p + stride) << 16) | (load_u16_wide(p + 2 * stride) << 32) |
@@ -420,90 +429,6 @@ inline __m256 load4_f16x2(const uint8_t* p, size_t stride) {
 
 inline __m256i sum_pairs(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
 
-// Weights of WB-byte blocks with an fp16 scale at offset WD, against Q8_0: sum d_w*d_a*blk(w, a),
-// blk giving a block's integer dot as int32x8 partial sums. If any byte of `probe(w, a)` in a
-// group is -128 (the probes are folded by a bytewise min), the group is redone with `exact`.
-template <size_t WB, size_t WD, typename Blk, typename Probe, typename Exact>
-inline float dot_x_q8_0(int64_t n, const void* vw, const void* va, Blk blk, Probe probe, Exact exact) {
-  constexpr size_t AB = sizeof(block_q8_0);
-  const int64_t nb = n / QK8_0;
-  const auto* w = static_cast<const uint8_t*>(vw);
-  const auto* a = static_cast<const uint8_t*>(va);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  auto group4 = [&](const uint8_t* x, const uint8_t* y, auto f) {
-    return reduce4(f(x, y), f(x + WB, y + AB), f(x + 2 * WB, y + 2 * AB), f(x + 3 * WB, y + 3 * AB));
-  };
-  int64_t i = 0;
-  for (; i + 8 <= nb; i += 8, w += 8 * WB, a += 8 * AB) {
-    prefetch_ahead(w, 8 * WB);
-    const uint8_t* w4 = w + 4 * WB;
-    const uint8_t* a4 = a + 4 * AB;
-    __m256i s0 = group4(w, a, blk);
-    __m256i s1 = group4(w4, a4, blk);
-    __m256i m = _mm256_min_epi8(_mm256_min_epi8(probe(w, a), probe(w + WB, a + AB)),
-                                _mm256_min_epi8(probe(w + 2 * WB, a + 2 * AB), probe(w + 3 * WB, a + 3 * AB)));
-    m = _mm256_min_epi8(m, _mm256_min_epi8(_mm256_min_epi8(probe(w4, a4), probe(w4 + WB, a4 + AB)),
-                                           _mm256_min_epi8(probe(w4 + 2 * WB, a4 + 2 * AB), probe(w4 + 3 * WB, a4 + 3 * AB))));
-    if (has_minus128(m)) [[unlikely]] {
-      s0 = group4(w, a, exact);
-      s1 = group4(w4, a4, exact);
-    }
-    const __m128 d0 = _mm_mul_ps(load4_f16(w + WD, WB), load4_f16(a + kQ80_d, AB));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set_m128(d0, d0), acc0);
-    const __m128 d1 = _mm_mul_ps(load4_f16(w4 + WD, WB), load4_f16(a4 + kQ80_d, AB));
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set_m128(d1, d1), acc1);
-  }
-  for (; i < nb; ++i, w += WB, a += AB) {
-    const __m256i s = has_minus128(probe(w, a)) ? exact(w, a) : blk(w, a);
-    const float d = load_f16(w + WD) * load_f16(a + kQ80_d);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-// Probe for weight types whose kernel is exact for every input (folds away).
-inline __m256i never(const uint8_t*, const uint8_t*) { return _mm256_setzero_si256(); }
-
-// Q8_0 x Q8_0: |w| in the unsigned operand of vpmaddubsw and the weight's sign moved onto the
-// activation. Exact for any weight (-128 included: |-128| = 128 unsigned) and any activation but
-// -128, whose negation wraps; a group holding a -128 activation (our quantizer never produces
-// one: it clamps to [-127, 127]) is redone in 16-bit arithmetic.
-float vec_dot_q8_0(int64_t n, const void* vw, const void* va) {
-  return dot_x_q8_0<sizeof(block_q8_0), kQ80_d>(
-      n, vw, va,
-      [](const uint8_t* x, const uint8_t* y) {
-        const __m256i qx = loadu(x + kQ80_qs);
-        const __m256i qy = loadu(y + kQ80_qs);
-        return sum_pairs(_mm256_maddubs_epi16(_mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx)));
-      },
-      [](const uint8_t*, const uint8_t* y) { return loadu(y + kQ80_qs); },
-      [](const uint8_t* x, const uint8_t* y) {
-        const __m256i x0 = _mm256_cvtepi8_epi16(loadu128(x + kQ80_qs));
-        const __m256i x1 = _mm256_cvtepi8_epi16(loadu128(x + kQ80_qs + 16));
-        const __m256i y0 = _mm256_cvtepi8_epi16(loadu128(y + kQ80_qs));
-        const __m256i y1 = _mm256_cvtepi8_epi16(loadu128(y + kQ80_qs + 16));
-        return _mm256_add_epi32(_mm256_madd_epi16(x0, y0), _mm256_madd_epi16(x1, y1));
-      });
-}
-
-float vec_dot_q4_0(int64_t n, const void* vw, const void* va) {
-  return dot_x_q8_0<sizeof(block_q4_0), offsetof(block_q4_0, d)>(n, vw, va, [](const uint8_t* x, const uint8_t* y) {
-    const __m256i qx = nibbles_32(x + offsetof(block_q4_0, qs));
-    const __m256i qy = loadu(y + kQ80_qs);
-    // sum (u - 8) * y = sum u*y - 8 * sum y
-    return sum_pairs(_mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy)));
-  }, never, never);
-}
-
-float vec_dot_q5_0(int64_t n, const void* vw, const void* va) {
-  return dot_x_q8_0<sizeof(block_q5_0), offsetof(block_q5_0, d)>(n, vw, va, [](const uint8_t* x, const uint8_t* y) {
-    const __m256i hb = _mm256_and_si256(bits_to_bytes(load_u32(x + offsetof(block_q5_0, qh))), _mm256_set1_epi8(0x10));
-    const __m256i qx = _mm256_or_si256(nibbles_32(x + offsetof(block_q5_0, qs)), hb);
-    const __m256i qy = loadu(y + kQ80_qs);
-    return sum_pairs(_mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_maddubs_epi16(_mm256_set1_epi8(16), qy)));
-  }, never, never);
-}
-
 // IQ4_NL against Q8_0: the codes' values come from the codebook by one vpshufb, then as Q8_0.
 inline __m256i iq4_codebook() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
@@ -518,52 +443,326 @@ inline __m256i mul_pairs_i8(__m256i v, __m256i y) {
 // The 32 codebook values of the 32 codes in 16 bytes at p, in element order.
 inline __m256i iq4_values_32(const uint8_t* p, __m256i book) { return _mm256_shuffle_epi8(book, nibbles_32(p)); }
 
-float vec_dot_iq4_nl(int64_t n, const void* vw, const void* va) {
-  const __m256i book = iq4_codebook();
-  constexpr size_t off_qs = offsetof(block_iq4_nl, qs);
-  return dot_x_q8_0<sizeof(block_iq4_nl), offsetof(block_iq4_nl, d)>(
-      n, vw, va,
-      [book](const uint8_t* x, const uint8_t* y) {
-        return sum_pairs(mul_pairs_i8(iq4_values_32(x + off_qs, book), loadu(y + kQ80_qs)));
-      },
-      never, never);
+// Q4_0 / Q5_0 (u = q + Off unsigned): sum (u - Off) * y = sum u*y - Off * sum y, in int16 pairs.
+template <int Off>
+struct OffsetAct {
+  __m256i qy, off_qy;
+  static OffsetAct prep(const uint8_t* y) {
+    const __m256i qy = loadu(y + kQ80_qs);
+    return {qy, _mm256_maddubs_epi16(_mm256_set1_epi8(Off), qy)};
+  }
+  __m256i dot(__m256i u) const { return sum_pairs(_mm256_sub_epi16(_mm256_maddubs_epi16(u, qy), off_qy)); }
+};
+
+// Against Q8_0: WB-byte blocks with the fp16 scale at WD; kProbe: the product is exact unless an
+// activation is -128 (a group holding one is redone by exact()).
+struct Q4_0Ops {
+  static constexpr size_t WB = sizeof(block_q4_0), WD = offsetof(block_q4_0, d);
+  static constexpr bool kProbe = false;
+  using Wv = __m256i;
+  using Av = OffsetAct<8>;
+  static Wv decode(const uint8_t* x) { return nibbles_32(x + offsetof(block_q4_0, qs)); }
+  static __m256i dot(Wv u, const Av& a) { return a.dot(u); }
+};
+struct Q5_0Ops {
+  static constexpr size_t WB = sizeof(block_q5_0), WD = offsetof(block_q5_0, d);
+  static constexpr bool kProbe = false;
+  using Wv = __m256i;
+  using Av = OffsetAct<16>;
+  static Wv decode(const uint8_t* x) {
+    const __m256i hb = _mm256_and_si256(bits_to_bytes(load_u32(x + offsetof(block_q5_0, qh))), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles_32(x + offsetof(block_q5_0, qs)), hb);
+  }
+  static __m256i dot(Wv u, const Av& a) { return a.dot(u); }
+};
+// Q8_0 x Q8_0: |w| in the unsigned operand of vpmaddubsw and the weight's sign moved onto the
+// activation. Exact for any weight (-128 included: |-128| = 128 unsigned) and any activation but
+// -128, whose negation wraps; a group holding a -128 activation (our quantizer never produces
+// one: it clamps to [-127, 127]) is redone in 16-bit arithmetic.
+struct Q8_0Ops {
+  static constexpr size_t WB = sizeof(block_q8_0), WD = kQ80_d;
+  static constexpr bool kProbe = true;
+  struct Wv {
+    __m256i abs, q;
+  };
+  struct Av {
+    __m256i qy;
+    static Av prep(const uint8_t* y) { return {loadu(y + kQ80_qs)}; }
+  };
+  static Wv decode(const uint8_t* x) {
+    const __m256i q = loadu(x + kQ80_qs);
+    return {_mm256_abs_epi8(q), q};
+  }
+  static __m256i dot(const Wv& w, const Av& a) { return sum_pairs(_mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(a.qy, w.q))); }
+  static __m256i exact(const uint8_t* x, const uint8_t* y) {
+    const __m256i x0 = _mm256_cvtepi8_epi16(loadu128(x + kQ80_qs));
+    const __m256i x1 = _mm256_cvtepi8_epi16(loadu128(x + kQ80_qs + 16));
+    const __m256i y0 = _mm256_cvtepi8_epi16(loadu128(y + kQ80_qs));
+    const __m256i y1 = _mm256_cvtepi8_epi16(loadu128(y + kQ80_qs + 16));
+    return _mm256_add_epi32(_mm256_madd_epi16(x0, y0), _mm256_madd_epi16(x1, y1));
+  }
+};
+struct IQ4_NLOps {
+  static constexpr size_t WB = sizeof(block_iq4_nl), WD = offsetof(block_iq4_nl, d);
+  static constexpr bool kProbe = false;
+  using Wv = __m256i;
+  struct Av {
+    __m256i ay, qy;  // |y|, y
+    static Av prep(const uint8_t* y) {
+      const __m256i qy = loadu(y + kQ80_qs);
+      return {_mm256_abs_epi8(qy), qy};
+    }
+  };
+  static Wv decode(const uint8_t* x) { return iq4_values_32(x + offsetof(block_iq4_nl, qs), iq4_codebook()); }
+  static __m256i dot(Wv v, const Av& a) { return sum_pairs(_mm256_maddubs_epi16(a.ay, _mm256_sign_epi8(v, a.qy))); }
+};
+
+// Row r of a tile at w + r * ws, activation row c at a + c * as; block offsets wo / ao.
+template <int R, int C>
+struct TilePtrs {
+  const uint8_t* w[R];
+  const uint8_t* a[C];
+  TilePtrs(const uint8_t* wb, size_t ws, const uint8_t* ab, size_t as) {
+    for (int r = 0; r < R; ++r) w[r] = wb + static_cast<size_t>(r) * ws;
+    for (int c = 0; c < C; ++c) a[c] = ab + static_cast<size_t>(c) * as;
+  }
+};
+
+// The partial sums of one block k (from block offsets wo / ao) of every product of the tile.
+// exact[c]: activation row c's products by K::exact (kProbe only).
+template <class K, size_t AB, int R, int C>
+inline void block_sums(const TilePtrs<R, C>& t, size_t wo, size_t ao, int k, const bool (&exact)[C], __m256i (&p)[R][C]) {
+  typename K::Av av[C];
+  for (int c = 0; c < C; ++c) av[c] = K::Av::prep(t.a[c] + ao + k * AB);
+  for (int r = 0; r < R; ++r) {
+    const typename K::Wv wv = K::decode(t.w[r] + wo + k * K::WB);
+    for (int c = 0; c < C; ++c) p[r][c] = K::dot(wv, av[c]);
+  }
+  if constexpr (K::kProbe) {
+    for (int c = 0; c < C; ++c) {
+      if (exact[c]) [[unlikely]] {
+        for (int r = 0; r < R; ++r) p[r][c] = K::exact(t.w[r] + wo + k * K::WB, t.a[c] + ao + k * AB);
+      }
+    }
+  }
+}
+
+// s[r][c] = the folded partial sums of the 4 blocks from block offsets wo / ao, by the vphaddd
+// tree of the vec_dot: (b0, b1), (b2, b3), then the two.
+template <class K, size_t AB, int R, int C>
+inline void group4(const TilePtrs<R, C>& t, size_t wo, size_t ao, const bool (&exact)[C], __m256i (&s)[R][C]) {
+  __m256i p0[R][C], p1[R][C], h01[R][C];
+  block_sums<K, AB>(t, wo, ao, 0, exact, p0);
+  block_sums<K, AB>(t, wo, ao, 1, exact, p1);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) h01[r][c] = _mm256_hadd_epi32(p0[r][c], p1[r][c]);
+  }
+  block_sums<K, AB>(t, wo, ao, 2, exact, p0);
+  block_sums<K, AB>(t, wo, ao, 3, exact, p1);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) s[r][c] = _mm256_hadd_epi32(h01[r][c], _mm256_hadd_epi32(p0[r][c], p1[r][c]));
+  }
+}
+
+// Prefetch of `bytes` at p in each of R rows ws apart: the same columns of the next tile's rows,
+// so that they arrive while this tile computes.
+template <int R>
+inline void prefetch_rows(const uint8_t* p, size_t ws, size_t bytes) {
+  for (int r = 0; r < R; ++r) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + r * ws + o), _MM_HINT_T0);
+  }
+}
+
+// Weights against Q8_0: y[c * ys + r] = sum over blocks of d_w*d_a*dot(w_r, a_c). pf: the next
+// tile's rows (prefetched) or nullptr; a single-row tile without one prefetches its own stream
+// kMatVecPrefetchAhead ahead.
+template <class K, int R, int C>
+void tile_q8_0(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+               const uint8_t* pf) {
+  constexpr size_t WB = K::WB, AB = sizeof(block_q8_0);
+  const int64_t nb = n / QK8_0;
+  const TilePtrs<R, C> t(w, ws, a, as);
+  __m256 acc0[R][C], acc1[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm256_setzero_ps();
+  }
+  bool exact[C] = {};
+  auto accumulate = [&](__m256 (&acc)[R][C], const __m256i (&s)[R][C], size_t wo, size_t ao) {
+    __m128 dw[R];
+    for (int r = 0; r < R; ++r) dw[r] = load4_f16(t.w[r] + wo + K::WD, WB);
+    for (int c = 0; c < C; ++c) {
+      const __m128 da = load4_f16(t.a[c] + ao + kQ80_d, AB);
+      for (int r = 0; r < R; ++r) {
+        const __m128 d = _mm_mul_ps(dw[r], da);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][c]), _mm256_set_m128(d, d), acc[r][c]);
+      }
+    }
+  };
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    const size_t wo = static_cast<size_t>(i) * WB, ao = static_cast<size_t>(i) * AB;
+    if (pf) {
+      prefetch_rows<R>(pf + wo, ws, 8 * WB);
+    } else if constexpr (R == 1) {
+      prefetch_rows<1>(t.w[0] + wo + kMatVecPrefetchAhead, 0, 8 * WB);
+    }
+    if constexpr (K::kProbe) {
+      for (int c = 0; c < C; ++c) {
+        __m256i m = loadu(t.a[c] + ao + kQ80_qs);
+        for (int k = 1; k < 8; ++k) m = _mm256_min_epi8(m, loadu(t.a[c] + ao + k * AB + kQ80_qs));
+        exact[c] = has_minus128(m);
+      }
+    }
+    __m256i s[R][C];
+    group4<K, AB>(t, wo, ao, exact, s);
+    accumulate(acc0, s, wo, ao);
+    group4<K, AB>(t, wo + 4 * WB, ao + 4 * AB, exact, s);
+    accumulate(acc1, s, wo + 4 * WB, ao + 4 * AB);
+  }
+  for (; i < nb; ++i) {
+    const size_t wo = static_cast<size_t>(i) * WB, ao = static_cast<size_t>(i) * AB;
+    for (int c = 0; c < C; ++c) {
+      const typename K::Av av = K::Av::prep(t.a[c] + ao);
+      const float da = load_f16(t.a[c] + ao + kQ80_d);
+      for (int r = 0; r < R; ++r) {
+        __m256i s = K::dot(K::decode(t.w[r] + wo), av);
+        if constexpr (K::kProbe) {
+          if (has_minus128(av.qy)) s = K::exact(t.w[r] + wo, t.a[c] + ao);
+        }
+        const float d = load_f16(t.w[r] + wo + K::WD) * da;
+        acc0[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d), acc0[r][c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[c * ys + r] = hsum(_mm256_add_ps(acc0[r][c], acc1[r][c]));
+  }
 }
 
 // Q4_1 / Q5_1 against Q8_1: sum d_w*d_a*sum(u*y) + m_w*s_a. (d, m) and (d, s) are adjacent half
 // pairs, converted 4 blocks at a time; their product holds d_w*d_a in even lanes, m_w*s_a in odd.
 template <bool Five>
-float vec_dot_qx_1(int64_t n, const void* vw, const void* va) {
-  constexpr size_t WB = Five ? sizeof(block_q5_1) : sizeof(block_q4_1);
-  constexpr size_t AB = sizeof(block_q8_1);
-  constexpr size_t off_d = Five ? offsetof(block_q5_1, d) : offsetof(block_q4_1, d);
-  constexpr size_t off_qs = Five ? offsetof(block_q5_1, qs) : offsetof(block_q4_1, qs);
+struct QX_1Ops {
+  using Block = std::conditional_t<Five, block_q5_1, block_q4_1>;
+  static constexpr size_t WB = sizeof(Block), WD = offsetof(Block, d);
+  static constexpr bool kProbe = false;
+  using Wv = __m256i;
+  struct Av {
+    __m256i qy;
+    static Av prep(const uint8_t* y) { return {loadu(y + kQ81_qs)}; }
+  };
+  static Wv decode(const uint8_t* x) {
+    __m256i u = nibbles_32(x + offsetof(Block, qs));
+    if constexpr (Five) {
+      u = _mm256_or_si256(u, _mm256_and_si256(bits_to_bytes(load_u32(x + offsetof(block_q5_1, qh))), _mm256_set1_epi8(0x10)));
+    }
+    return u;
+  }
+  static __m256i dot(Wv u, const Av& a) { return sum_pairs(_mm256_maddubs_epi16(u, a.qy)); }
+  static __m256i exact(const uint8_t*, const uint8_t*) { return _mm256_setzero_si256(); }  // never (kProbe false)
+};
+
+template <class K, int R, int C>
+void tile_q8_1(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+               const uint8_t* pf) {
+  constexpr size_t WB = K::WB, AB = sizeof(block_q8_1);
   const int64_t nb = n / QK4_1;
+  const TilePtrs<R, C> t(w, ws, a, as);
+  __m256 acc[R][C], acc_dm[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = acc_dm[r][c] = _mm256_setzero_ps();
+  }
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const bool never[C] = {};
+  int64_t i = 0;
+  for (; i + 4 <= nb; i += 4) {
+    const size_t wo = static_cast<size_t>(i) * WB, ao = static_cast<size_t>(i) * AB;
+    if (pf) {
+      prefetch_rows<R>(pf + wo, ws, 4 * WB);
+    } else if constexpr (R == 1) {
+      prefetch_rows<1>(t.w[0] + wo + kMatVecPrefetchAhead, 0, 4 * WB);
+    }
+    __m256i s[R][C];
+    group4<K, AB>(t, wo, ao, never, s);
+    __m256 dmw[R];
+    for (int r = 0; r < R; ++r) dmw[r] = load4_f16x2(t.w[r] + wo + K::WD, WB);
+    for (int c = 0; c < C; ++c) {
+      const __m256 dma = load4_f16x2(t.a[c] + ao + kQ81_d, AB);
+      for (int r = 0; r < R; ++r) {
+        const __m256 dm = _mm256_mul_ps(dmw[r], dma);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][c]), _mm256_permutevar8x32_ps(dm, even), acc[r][c]);
+        acc_dm[r][c] = _mm256_add_ps(acc_dm[r][c], dm);
+      }
+    }
+  }
+  float tail[R][C] = {};
+  for (; i < nb; ++i) {
+    const size_t wo = static_cast<size_t>(i) * WB, ao = static_cast<size_t>(i) * AB;
+    for (int c = 0; c < C; ++c) {
+      const typename K::Av av = K::Av::prep(t.a[c] + ao);
+      for (int r = 0; r < R; ++r) {
+        const float d = load_f16(t.w[r] + wo + K::WD) * load_f16(t.a[c] + ao + kQ81_d);
+        tail[r][c] += d * static_cast<float>(hsum_i32(K::dot(K::decode(t.w[r] + wo), av))) +
+                      load_f16(t.w[r] + wo + K::WD + 2) * load_f16(t.a[c] + ao + kQ81_s);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      const __m256 ms = _mm256_blend_ps(_mm256_setzero_ps(), acc_dm[r][c], 0xAA);  // odd lanes: m*s
+      y[c * ys + r] = hsum(_mm256_add_ps(acc[r][c], ms)) + tail[r][c];
+    }
+  }
+}
+
+// The tiles of one type: Tile<K, R, C>::run is tile_q8_0 or tile_q8_1 by K's activation type.
+template <class K, int R, int C>
+void run_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
+              const uint8_t* pf) {
+  if constexpr (std::is_same_v<K, QX_1Ops<false>> || std::is_same_v<K, QX_1Ops<true>>) {
+    tile_q8_1<K, R, C>(n, w, ws, a, as, y, ys, pf);
+  } else {
+    tile_q8_0<K, R, C>(n, w, ws, a, as, y, ys, pf);
+  }
+}
+
+template <class K>
+float vec_dot_q32(int64_t n, const void* vw, const void* va) {
+  float y;
+  run_tile<K, 1, 1>(n, static_cast<const uint8_t*>(vw), 0, static_cast<const uint8_t*>(va), 0, &y, 1, nullptr);
+  return y;
+}
+
+// Matrix-vector products: tiles of 4 rows, each prefetching the next tile's rows. Batches: 1 x 4
+// tiles (a weight block decoded once for 4 activation rows) over blocks of 16 activation rows
+// (kept in cache while every row passes over them).
+template <class K>
+void gemm_q32(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
+              int64_t ys) {
+  using Fn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, int64_t, const uint8_t*);
+  static constexpr Fn kRows1[4] = {run_tile<K, 1, 1>, run_tile<K, 2, 1>, run_tile<K, 3, 1>, run_tile<K, 4, 1>};
+  static constexpr Fn kCols[4] = {run_tile<K, 1, 1>, run_tile<K, 1, 2>, run_tile<K, 1, 3>, run_tile<K, 1, 4>};
   const auto* w = static_cast<const uint8_t*>(vw);
   const auto* a = static_cast<const uint8_t*>(va);
-  auto blk = [](const uint8_t* x, const uint8_t* y) {
-    __m256i qx = nibbles_32(x + off_qs);
-    if constexpr (Five) {
-      qx = _mm256_or_si256(qx, _mm256_and_si256(bits_to_bytes(load_u32(x + offsetof(block_q5_1, qh))),
-                                                _mm256_set1_epi8(0x10)));
+  if (nc == 1) {
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+      const int64_t rr = nr - r0 < 4 ? nr - r0 : 4;
+      const uint8_t* next = r0 + 4 < nr ? w + static_cast<size_t>(r0 + 4) * ws : nullptr;
+      kRows1[rr - 1](n, w + static_cast<size_t>(r0) * ws, ws, a, as, y + r0, ys, next);
     }
-    return sum_pairs(_mm256_maddubs_epi16(qx, loadu(y + kQ81_qs)));
-  };
-  __m256 acc = _mm256_setzero_ps(), acc_dm = _mm256_setzero_ps();
-  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  int64_t i = 0;
-  for (; i + 4 <= nb; i += 4, w += 4 * WB, a += 4 * AB) {
-    const __m256i s = reduce4(blk(w, a), blk(w + WB, a + AB), blk(w + 2 * WB, a + 2 * AB), blk(w + 3 * WB, a + 3 * AB));
-    const __m256 dm = _mm256_mul_ps(load4_f16x2(w + off_d, WB), load4_f16x2(a + kQ81_d, AB));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(dm, even), acc);
-    acc_dm = _mm256_add_ps(acc_dm, dm);
+    return;
   }
-  float tail = 0;
-  for (; i < nb; ++i, w += WB, a += AB) {
-    const float d = load_f16(w + off_d) * load_f16(a + kQ81_d);
-    tail += d * static_cast<float>(hsum_i32(blk(w, a))) + load_f16(w + off_d + 2) * load_f16(a + kQ81_s);
+  constexpr int64_t kActBlock = 16;
+  for (int64_t cb = 0; cb < nc; cb += kActBlock) {
+    const int64_t ce = cb + kActBlock < nc ? cb + kActBlock : nc;
+    for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t c0 = cb; c0 < ce; c0 += 4) {
+        const int64_t cc = ce - c0 < 4 ? ce - c0 : 4;
+        kCols[cc - 1](n, w + static_cast<size_t>(r) * ws, ws, a + static_cast<size_t>(c0) * as, as, y + c0 * ys + r, ys,
+                      nullptr);
+      }
+    }
   }
-  const __m256 ms = _mm256_blend_ps(_mm256_setzero_ps(), acc_dm, 0xAA);  // odd lanes: m*s
-  return hsum(_mm256_add_ps(acc, ms)) + tail;
 }
 
 // IQ4_XS against Q8_K: per 256-block, sum over the 8 sub-blocks of (ls - 32) * sum(v * y) in
@@ -862,18 +1061,22 @@ void fill_kernel_table_avx2(KernelTable& t) {
   t.vec_dot[id(Type::F32)] = vec_dot_f32;
   t.vec_dot[id(Type::F16)] = vec_dot_f16;
   t.vec_dot[id(Type::BF16)] = vec_dot_bf16;
-  t.vec_dot[id(Type::Q4_0)] = vec_dot_q4_0;
-  t.vec_dot[id(Type::Q4_1)] = vec_dot_qx_1<false>;
-  t.vec_dot[id(Type::Q5_0)] = vec_dot_q5_0;
-  t.vec_dot[id(Type::Q5_1)] = vec_dot_qx_1<true>;
-  t.vec_dot[id(Type::Q8_0)] = vec_dot_q8_0;
+  t.vec_dot[id(Type::Q4_0)] = vec_dot_q32<Q4_0Ops>;
+  t.vec_dot[id(Type::Q4_1)] = vec_dot_q32<QX_1Ops<false>>;
+  t.vec_dot[id(Type::Q5_0)] = vec_dot_q32<Q5_0Ops>;
+  t.vec_dot[id(Type::Q5_1)] = vec_dot_q32<QX_1Ops<true>>;
+  t.vec_dot[id(Type::Q8_0)] = vec_dot_q32<Q8_0Ops>;
   t.vec_dot[id(Type::Q2_K)] = vec_dot_q2_K;
   t.vec_dot[id(Type::Q3_K)] = vec_dot_q3_K;
   t.vec_dot[id(Type::Q4_K)] = vec_dot_q4_K;
   t.vec_dot[id(Type::Q5_K)] = vec_dot_q5_K;
   t.vec_dot[id(Type::Q6_K)] = vec_dot_q6_K;
-  t.vec_dot[id(Type::IQ4_NL)] = vec_dot_iq4_nl;
+  t.vec_dot[id(Type::IQ4_NL)] = vec_dot_q32<IQ4_NLOps>;
   t.vec_dot[id(Type::IQ4_XS)] = vec_dot_iq4_xs;
+  t.gemm[id(Type::Q4_0)] = gemm_q32<Q4_0Ops>;
+  t.gemm[id(Type::Q4_1)] = gemm_q32<QX_1Ops<false>>;
+  t.gemm[id(Type::Q5_1)] = gemm_q32<QX_1Ops<true>>;
+  t.gemm[id(Type::IQ4_NL)] = gemm_q32<IQ4_NLOps>;
 
   t.quantize[id(Type::Q8_0)] = quantize_q8_0;
   t.quantize[id(Type::Q8_1)] = quantize_q8_1;
