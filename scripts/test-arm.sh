@@ -30,8 +30,6 @@
 # routing oracle, retries: arch-independent logic, minutes under emulation).
 # io_uring is not emulated by qemu-user: the streaming tests use pread, naive and fake there.
 #   scripts/test-arm.sh [max|cortex-a53|...]   (default: both CPU models)
-#   LES_ARM_STEP=install only installs the packages (scripts/test.sh does that in the foreground,
-#   then runs the rest in the background at low priority while the x86-64 tests run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -47,7 +45,6 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-if [ "${LES_ARM_STEP:-}" = install ]; then exit 0; fi
 
 FILES="test_quant_simd;test_quant_ref;test_dequant_simd;test_batched_products;test_cross_arch;test_model_tiny;test_qwen35moe;test_pack;test_tokenizer;test_streaming;test_storage_io"
 # The library without what these suites never link (the server, chat templates, benchmarks, quality

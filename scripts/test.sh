@@ -4,10 +4,7 @@
 # and the stored llama.cpp references are still checked.
 # Then the hardening runs (docs/hardening.md): the suite under ASan+UBSan, each fuzz target for
 # FUZZ_SECONDS (20 here; scripts/fuzz.sh alone: 60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
-# The aarch64 build under qemu-user (scripts/test-arm.sh, docs/arm.md) runs in the background at the
-# lowest CPU priority from the end of the Release build on: it takes only the CPU time the tests
-# leave idle (they wait on I/O, sleeps and each other), and its log is printed at the end.
-# LES_SKIP_ARM=1 skips it; LES_ARM_FOREGROUND=1 runs it last, on its own.
+# Then the aarch64 build under qemu-user (scripts/test-arm.sh, docs/arm.md); LES_SKIP_ARM=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -18,23 +15,8 @@ mark() {  # phase name: appends the seconds since the previous mark
   TIMES="$TIMES$(printf '  %-28s %5d s' "$1" $((now - ${LAST:-$T0})))"$'\n'
   LAST=$now
 }
-ARM_PID=""
-ARM_LOG=""
-stop_arm() {  # the background aarch64 run and its children (its own session), if still running
-  if [ -n "$ARM_PID" ]; then kill -- -"$ARM_PID" 2>/dev/null || true; fi
-}
-trap stop_arm EXIT
 bash scripts/setup.sh
 mark "setup + Release build"
-
-if [ -z "${LES_SKIP_ARM:-}" ] && [ -z "${LES_ARM_FOREGROUND:-}" ]; then
-  LES_ARM_STEP=install bash scripts/test-arm.sh
-  ARM_LOG=$(mktemp)
-  echo "test: aarch64 cross build and qemu tests started in the background (nice 19), log printed at the end"
-  setsid nice -n 19 bash scripts/test-arm.sh >"$ARM_LOG" 2>&1 &
-  ARM_PID=$!
-  mark "aarch64 packages"
-fi
 
 if command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
   if [ ! -d tools/llamacpp-ref/node_modules/node-llama-cpp ]; then
@@ -64,16 +46,7 @@ if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
   bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
 fi
-if [ -n "$ARM_PID" ]; then
-  echo "test: waiting for the background aarch64 run"
-  arm_rc=0
-  wait "$ARM_PID" || arm_rc=$?
-  ARM_PID=""
-  cat "$ARM_LOG"
-  rm -f "$ARM_LOG"
-  mark "aarch64 (rest after the x86 tests)"
-  if [ "$arm_rc" != 0 ]; then echo "test: the aarch64 run failed (exit $arm_rc)"; exit "$arm_rc"; fi
-elif [ -z "${LES_SKIP_ARM:-}" ]; then
+if [ -z "${LES_SKIP_ARM:-}" ]; then
   bash scripts/test-arm.sh
   mark "aarch64 cross build + qemu tests"
 fi
