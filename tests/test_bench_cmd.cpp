@@ -4,6 +4,7 @@
 // and its errors for bad input.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -266,6 +267,17 @@ TEST(BenchCmd, EveryRowOnTheTrainedModel) {
   }
   EXPECT_NE(hash0, hash1) << "the q4_k_m file cannot give the F16 model's logits";
   EXPECT_NE(table.find("3.36x"), std::string::npos);
+  // The ceilings use each row's own loader: the naive buffered loader's probe for the baseline and
+  // +lookahead rows, direct I/O for the packed rows.
+  const double naive_mbs = num(j["disk_mb_s"]["original_naive"]), packed_mbs = num(j["disk_mb_s"]["packed"]);
+  EXPECT_GT(naive_mbs, 0);
+  EXPECT_NE(table.find("naive buffered loader"), std::string::npos) << table;
+  const double compute_s = num(j["compute_ms_per_token"]) / 1e3;
+  auto want_ceiling = [&](const nlohmann::json& r, double mbs) {
+    return 1 / std::max(num(r["used_mb_per_token"]) / mbs, compute_s);
+  };
+  for (int i : {1, 2}) EXPECT_NEAR(num(rows[i]["ceiling_tps"]), want_ceiling(rows[i], naive_mbs), 1e-6 * num(rows[i]["ceiling_tps"]));
+  EXPECT_NEAR(num(rows[3]["ceiling_tps"]), want_ceiling(rows[3], packed_mbs), 1e-6 * num(rows[3]["ceiling_tps"]));
   std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,8 @@
 // The device probe: it measures what a (fake) device model delivers, read shaping follows it,
 // its cache survives bad files and keeps other devices' entries, and the decode ceiling built on
 // it bounds what the engine achieves (above ~105% would mean the probe is wrong).
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "les/engine/engine.h"
 #include "les/sched/io_probe.h"
 #include "les/storage/device_probe.h"
+#include "les/util/cpu_share.h"
 #include "les/util/error.h"
 #include "test_util.h"
 
@@ -243,6 +246,104 @@ TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// Other work's share of the CPU time: the /proc/stat arithmetic (iowait counts as idle, guest
+// time is not counted twice, this process's own ticks are not "other"), and a live measurement
+// with child processes spinning on every CPU.
+TEST(CpuShare, ArithmeticAndProcStat) {
+  const std::string text =
+      "cpu  100 20 30 400 50 6 4 10 7 0\ncpu0 50 10 15 200 25 3 2 5 7 0\nintr 12345\n";
+  const auto t = parse_proc_stat(text);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->total, 620u);  // user..steal, not guest
+  EXPECT_EQ(t->idle, 450u);   // idle + iowait
+  EXPECT_FALSE(parse_proc_stat("cpu0 1 2 3 4 5 6 7 8\n").has_value());
+  EXPECT_FALSE(parse_proc_stat("cpu  1 2 3\n").has_value());
+  EXPECT_FALSE(parse_proc_stat("").has_value());
+  // 1000 ticks, 400 idle, 200 own: 400 other.
+  EXPECT_DOUBLE_EQ(other_cpu_share({1000, 500}, {2000, 900}, 200), 0.4);
+  EXPECT_DOUBLE_EQ(other_cpu_share({1000, 500}, {2000, 900}, 900), 0.0);  // own ticks rounded up: clamped
+  EXPECT_DOUBLE_EQ(other_cpu_share({1000, 500}, {2000, 500}, 0), 1.0);
+  EXPECT_EQ(other_cpu_share({1000, 500}, {1000, 500}, 0), -1);  // empty interval
+}
+
+TEST(CpuShare, SeesOtherProcessesSpinning) {
+  const long ncpu = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  std::vector<pid_t> kids;
+  const OtherCpuShare share;
+  for (long i = 0; i < ncpu; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      volatile uint64_t x = 0;
+      for (;;) x = x + 1;
+    }
+    kids.push_back(pid);
+  }
+  ::usleep(600'000);
+  const double s = share.share();
+  for (pid_t pid : kids) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // The children had every CPU (only more load, or steal, can add to it); this process slept.
+  EXPECT_GE(s, 0.5) << ncpu << " spinning children";
+  EXPECT_LE(s, 1.0);
+}
+
+// A probe taken on a busy machine never replaces a quiet one in the cache; the share survives the
+// cache and is optional in it (older caches); a busy probe says so in its table.
+TEST(DeviceProbe, CacheKeepsTheQuietProbe) {
+  const std::string dir = temp_dir();
+  const std::string cache = dir + "/probes.json";
+  DeviceProbe quiet;
+  quiet.device = "dev 8:1 fs 0xef53";
+  quiet.file = "/models/a.gguf";
+  quiet.expert_bytes = 1 << 20;
+  quiet.alignment = 4096;
+  quiet.io_mode = "uring";
+  quiet.other_cpu = 0.05;
+  quiet.points = {pt(1 << 20, true, 1, 2000)};
+  DeviceProbe busy = quiet;
+  busy.other_cpu = 0.6;
+  busy.points = {pt(1 << 20, true, 1, 700)};
+  EXPECT_TRUE(busy.taken_busy());
+  EXPECT_FALSE(quiet.taken_busy());
+  EXPECT_NE(storage::format_probe(busy).find("busy machine"), std::string::npos) << storage::format_probe(busy);
+  EXPECT_EQ(storage::format_probe(quiet).find("busy machine"), std::string::npos);
+  auto load = [&] { return storage::load_cached_probe(cache, quiet.device, 4096, 1 << 20, "uring"); };
+  EXPECT_TRUE(storage::save_cached_probe(cache, busy));  // nothing to keep: cached
+  EXPECT_DOUBLE_EQ(load()->other_cpu, 0.6);
+  EXPECT_TRUE(storage::save_cached_probe(cache, quiet));  // quiet replaces busy
+  EXPECT_FALSE(storage::save_cached_probe(cache, busy));  // busy does not replace quiet
+  auto got = load();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_DOUBLE_EQ(got->points[0].burst_mbs, 2000);
+  EXPECT_DOUBLE_EQ(got->other_cpu, 0.05);
+  DeviceProbe quiet2 = quiet;
+  quiet2.points[0].burst_mbs = 2500;
+  EXPECT_TRUE(storage::save_cached_probe(cache, quiet2));  // quiet replaces quiet
+  EXPECT_DOUBLE_EQ(load()->points[0].burst_mbs, 2500);
+  // An entry without the share (an older cache) loads as unknown, which is not busy; one out of
+  // range is ignored.
+  const std::string entry = "{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", \"expert_bytes\": 1048576, "
+                            "\"expert_extents\": 1, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
+                            "\"seconds\": 1, %s\"points\": [{\"request_bytes\": 1048576, \"whole_expert\": true, "
+                            "\"queue_depth\": 1, \"burst_mbs\": 9, \"sustained_mbs\": 9, \"latency_us\": 1, \"pattern\": \"cold\"}]}";
+  auto write_entry = [&](const char* extra) {
+    char buf[1024];
+    std::snprintf(buf, sizeof buf, entry.c_str(), extra);
+    std::ofstream(cache) << "{\"version\": 2, \"probes\": [" << buf << "]}";
+  };
+  write_entry("");
+  got = load();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->other_cpu, -1);
+  EXPECT_FALSE(got->taken_busy());
+  write_entry("\"other_cpu\": 7, ");
+  EXPECT_FALSE(load().has_value());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DeviceProbe, CeilingArithmetic) {
   // 10 tokens in 1 s, 50 MB read at 100 MB/s (0.05 s/token), 0.4 s waiting for reads.
   const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, 100);
@@ -253,6 +354,13 @@ TEST(DeviceProbe, CeilingArithmetic) {
   EXPECT_NEAR(c.of_ceiling, 0.6, 1e-9);
   EXPECT_EQ(io_ceiling(1, 0, 1, 0, 100).ceiling_tps, 0);  // no tokens: no ceiling
   EXPECT_NE(format_io_ceiling(c, 8).find("60% of it"), std::string::npos) << format_io_ceiling(c, 8);
+  EXPECT_EQ(format_io_ceiling(c, 8).find("above 105%"), std::string::npos);
+  // Decoding faster than the ceiling (25 tok/s against 1 / 0.05 s): the probe under-measured the
+  // disk, and the line says so and how to measure again.
+  const IoCeiling over = io_ceiling(50'000'000, 0.0, 0.4, 10, 100);
+  EXPECT_NEAR(over.of_ceiling, 1.25, 1e-9);
+  EXPECT_NE(format_io_ceiling(over, 8).find("above 105%"), std::string::npos) << format_io_ceiling(over, 8);
+  EXPECT_NE(format_io_ceiling(over, 8).find("--probe-refresh"), std::string::npos);
 }
 
 // The engine on a fake device: --read-chunk auto picks chunks where the device serves parallel

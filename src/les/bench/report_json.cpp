@@ -41,7 +41,8 @@ std::string format_json(const BenchReport& r) {
               r.n_prompt, r.n_gen, r.reps);
   s += "  \"disk_mb_s\": {\"original\": " + num(r.disk_mbs_original) + ", \"packed\": " +
        num(r.disk_mbs_packed > 0 ? r.disk_mbs_packed : NAN) + ", \"mixed\": " +
-       num(r.disk_mbs_mixed > 0 ? r.disk_mbs_mixed : NAN) + "},\n";
+       num(r.disk_mbs_mixed > 0 ? r.disk_mbs_mixed : NAN) + ", \"original_naive\": " +
+       num(r.disk_mbs_original_naive > 0 ? r.disk_mbs_original_naive : NAN) + "},\n";
   s += "  \"compute_ms_per_token\": " + num(r.compute_ms_per_token) + ",\n";
   s += "  \"compute_ms_per_token_mixed\": " + num(r.compute_ms_per_token_mixed) + ",\n";
   s += "  \"compute_source\": " + str(r.compute_source) + ",\n";

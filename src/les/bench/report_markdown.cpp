@@ -61,6 +61,10 @@ std::string format_markdown(const BenchReport& r) {
   s += strfmt("- disk (expert reads, direct I/O): %s MB/s original", cell("%.0f", r.disk_mbs_original).c_str());
   if (r.disk_mbs_packed > 0) s += strfmt(", %.0f MB/s packed", r.disk_mbs_packed);
   if (r.disk_mbs_mixed > 0) s += strfmt(", %.0f MB/s mixed", r.disk_mbs_mixed);
+  if (r.disk_mbs_original_naive > 0) {
+    s += strfmt("; through the naive buffered loader %.0f MB/s original (the baseline and +lookahead rows' ceiling)",
+                r.disk_mbs_original_naive);
+  }
   s += "\n";
   for (const std::string& n : r.notes) s += "- " + n + "\n";
   s += r.hashes_ok ? "- logits hashes: equal wherever outputs must be equal\n"

@@ -125,6 +125,7 @@ struct FileProbe {
   uint64_t expert_bytes_total = 0, file_bytes = 0;
   uint8_t packed = 0;
   double disk_mbs = 0;       // direct I/O expert reads: the device probe's best at the rows' depth
+  double naive_disk_mbs = 0; // the same through the naive buffered loader (original's probe)
   uint64_t read_chunk = 0;   // read shaping for lookahead rows on this file (0: whole reads)
   double whole_mbs = 0, chunk_mbs = 0;  // the probe's merits of whole reads and of that chunk
   uint64_t mem = 0;          // the budget (original's probe)
@@ -206,6 +207,14 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     po.progress = o.progress;
     const storage::DeviceProbe dp = probe_model_io(*model, po).probe;
     p.disk_mbs = dp.ceiling_mbs(kDiskProbeQueueDepth);
+    if (original) {
+      // The original file's streamed rows read through the naive buffered loader (pread into the
+      // page cache, a copy, the pages dropped): their ceiling is what that path gets from the disk.
+      IoProbeOptions pn = po;
+      pn.io_mode = storage::IoMode::naive;
+      pn.register_buffers = false;
+      p.naive_disk_mbs = probe_model_io(*model, pn).probe.ceiling_mbs(kDiskProbeQueueDepth);
+    }
     // Read shaping as --read-chunk auto would choose it for the direct-I/O lookahead rows.
     StreamingOptions shaped;
     shaped.queue_depth = kDiskProbeQueueDepth;
@@ -311,6 +320,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.cache_share = orig.cache_share;
   rep.n_prompt = static_cast<int>(prompt.size());
   rep.disk_mbs_original = orig.disk_mbs;
+  rep.disk_mbs_original_naive = orig.naive_disk_mbs;
 
   const bool mixed_runs = want(RowKind::mixed) && !o.mixed.empty();
   const bool spec_on_mixed = mixed_runs;
@@ -639,11 +649,13 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
     }
     const double probe = s.plan.resident ? kNaN
-                         : s.plan.file == o.model ? rep.disk_mbs_original
+                         : s.plan.file == o.model ? (s.plan.io == storage::IoMode::naive ? rep.disk_mbs_original_naive
+                                                                                         : rep.disk_mbs_original)
                          : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
                                                                    : rep.disk_mbs_packed;
-    // The device probe's best bandwidth at the rows' queue depth (bursts after idle included): a
-    // row above ~105% of its ceiling read faster than the probe says the device can.
+    // The device probe's best bandwidth at the rows' queue depth (bursts after idle included),
+    // through the row's own loader: a row above ~105% of its ceiling read faster than the probe
+    // says the device can.
     r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, probe * 1e6, compute_s[s.group]);
     r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
   }
@@ -677,8 +689,10 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                       "the file it streams; peak RSS, load time and time to first token are that process's own "
                       "(wait4). TTFT = load + prefill + first token.");
   rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
-                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads (the device "
-                             "probe's best at queue depth <= %d, burst after idle or sustained: les probe shows it); t_compute = %.2f ms per token, %s%s. The +speculation row's "
+                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads through the "
+                             "row's loader (the device probe's best at queue depth <= %d, burst after idle or sustained: "
+                             "les probe shows it; the baseline and +lookahead rows read through the naive buffered "
+                             "loader, and their probe reads the same way); t_compute = %.2f ms per token, %s%s. The +speculation row's "
                              "compute term is plain decoding's, so speculation can pass 100%%.",
                              kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str(),
                              mixed_runs ? strfmt("; for the mixed file's rows %.2f ms per token (%s)",

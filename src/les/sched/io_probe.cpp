@@ -35,6 +35,12 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   const std::string mode = storage::io_mode_name(o.io_mode);
   if (cacheable && !o.refresh) {
     if (auto p = storage::load_cached_probe(o.cache_path, device, file->alignment(), expert_bytes, mode)) {
+      if (p->taken_busy() && o.progress) {
+        std::fprintf(stderr,
+                     "les: warning: the cached disk probe for %s was taken while other work had %.0f%% of the CPU "
+                     "time; its ceilings may be low (--probe-refresh on a quieter machine measures again)\n",
+                     model.path().c_str(), 100 * p->other_cpu);
+      }
       return IoProbeResult{std::move(*p), true};
     }
   }
@@ -62,9 +68,18 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   }
   IoProbeResult r{storage::probe_device(file, experts, po), false};
   if (bar) bar->finish();
+  if (r.probe.taken_busy() && o.progress) {
+    std::fprintf(stderr,
+                 "les: warning: other work had %.0f%% of the CPU time while the disk was probed; the probe may "
+                 "under-measure the disk (ceilings too low)\n",
+                 100 * r.probe.other_cpu);
+  }
   if (cacheable) {
     try {
-      storage::save_cached_probe(o.cache_path, r.probe);
+      if (!storage::save_cached_probe(o.cache_path, r.probe) && o.progress) {
+        std::fprintf(stderr, "les: the cache keeps its probe of this disk from a quieter machine (%s)\n",
+                     o.cache_path.c_str());
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "les: warning: the device probe was not cached: %s\n", e.what());
     }
@@ -101,7 +116,10 @@ std::string format_io_ceiling(const IoCeiling& c, int queue_depth) {
                 "depth <= %d; t_compute %.2f ms, the time per token not waiting for reads) = %.1f tok/s; decode "
                 "%.1f tok/s = %.0f%% of it\n",
                 1e3 * c.t_io_s, c.mb_per_token, c.disk_mbs, queue_depth, 1e3 * c.t_compute_s, c.ceiling_tps, c.tps,
-                100 * c.of_ceiling);
+                100 * c.of_ceiling) +
+         (c.of_ceiling > 1.05 ? "  above 105%: the reads ran faster than the device probe measured the disk (a probe "
+                                "taken on a busy machine, or a disk that changed speed); --probe-refresh measures again\n"
+                              : "");
 }
 
 int experts_in_flight(const StreamingOptions& so, const Model& model) {

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "les/util/atomic_file.h"
+#include "les/util/cpu_share.h"
 #include "les/util/error.h"
 
 namespace les::storage {
@@ -173,6 +174,7 @@ nlohmann::json to_json(const DeviceProbe& p) {
   j["io_mode"] = p.io_mode;
   j["probed_at"] = p.probed_at;
   j["seconds"] = p.seconds;
+  j["other_cpu"] = p.other_cpu;
   nlohmann::json pts = nlohmann::json::array();
   for (const ProbePoint& x : p.points) {
     pts.push_back({{"request_bytes", x.request_bytes},
@@ -198,6 +200,8 @@ DeviceProbe from_json(const nlohmann::json& j) {
   p.io_mode = j.at("io_mode").get<std::string>();
   p.probed_at = j.at("probed_at").get<double>();
   p.seconds = j.at("seconds").get<double>();
+  p.other_cpu = j.contains("other_cpu") ? j.at("other_cpu").get<double>() : -1;  // absent in older caches
+  if (!(p.other_cpu >= -1 && p.other_cpu <= 1)) throw Error("other_cpu out of range");
   for (const auto& x : j.at("points")) {
     ProbePoint q;
     q.request_bytes = x.at("request_bytes").get<uint64_t>();
@@ -359,6 +363,7 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
   const double t0 = now_s();
+  const OtherCpuShare other_cpu;
   // The warm set: random experts up to warm_set_bytes (at least one), each read once first.
   std::vector<ExpertExtents> warm_set;
   if (opt.warm_set_bytes > 0) {
@@ -423,6 +428,7 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
     }
   }
   p.seconds = now_s() - t0;
+  p.other_cpu = other_cpu.share();
   return p;
 }
 
@@ -455,12 +461,16 @@ std::optional<DeviceProbe> load_cached_probe(const std::string& cache_path, cons
   return std::nullopt;
 }
 
-void save_cached_probe(const std::string& cache_path, const DeviceProbe& p) {
+bool save_cached_probe(const std::string& cache_path, const DeviceProbe& p) {
   if (cache_path.empty()) throw Error("no place for the device probe cache: set LES_PROBE_CACHE or HOME");
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& j : read_cache(cache_path)) {
     try {
-      if (same_entry(from_json(j), p.device, p.alignment, p.expert_bytes, p.io_mode)) continue;
+      const DeviceProbe old = from_json(j);
+      if (same_entry(old, p.device, p.alignment, p.expert_bytes, p.io_mode)) {
+        if (p.taken_busy() && !old.taken_busy() && !old.points.empty()) return false;
+        continue;
+      }
     } catch (const std::exception&) {
       continue;  // a malformed entry is dropped
     }
@@ -474,6 +484,7 @@ void save_cached_probe(const std::string& cache_path, const DeviceProbe& p) {
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(strfmt("cannot create %s for the device probe cache: %s", dir.c_str(), ec.message().c_str()));
   write_file_atomic(cache_path, text.data(), text.size());
+  return true;
 }
 
 std::string format_probe(const DeviceProbe& p) {
@@ -484,9 +495,13 @@ std::string format_probe(const DeviceProbe& p) {
     const std::tuple<uint64_t, bool, int> r{x.request_bytes, x.whole_expert, static_cast<int>(x.pattern)};
     if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
   }
-  std::string s = strfmt("device probe of %s (%s, %s, expert %.2f MiB, %.1f s): MB/s sustained / burst after idle, "
+  std::string s = strfmt("device probe of %s (%s, %s, expert %.2f MiB, %.1f s%s): MB/s sustained / burst after idle, "
                          "median latency (warm: re-reads of a working set read once before; sweep: k experts of a layer, layer after layer)\n",
-                         p.file.c_str(), p.device.c_str(), p.io_mode.c_str(), p.expert_bytes / 1048576.0, p.seconds);
+                         p.file.c_str(), p.device.c_str(), p.io_mode.c_str(), p.expert_bytes / 1048576.0, p.seconds,
+                         p.other_cpu < 0 ? "" : strfmt(", other work took %.0f%% of the CPU time", 100 * p.other_cpu).c_str());
+  if (p.taken_busy()) {
+    s += "  taken on a busy machine: its bandwidths may be low (les probe --refresh on a quieter machine)\n";
+  }
   s += strfmt("%-16s", "request");
   for (int d : depths) s += strfmt(" | %-22s", strfmt("qd %d", d).c_str());
   s += "\n";

@@ -6,7 +6,8 @@
 //   - read shaping: whether an expert's extent reads faster whole or as N aligned chunks in flight
 //     at once (`--read-chunk auto`).
 // Probes are cached per device, file system and extent size (probing takes seconds), in a JSON
-// file (probe_cache_path()); `les probe --refresh` or `--probe-refresh` measure again.
+// file (probe_cache_path()); `les probe --refresh` or `--probe-refresh` measure again. Each probe
+// records how much of the CPU time other work took while it ran (a busy machine under-measures).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,15 @@ struct DeviceProbe {
   std::string io_mode;      // backend used
   double probed_at = 0;     // Unix time
   double seconds = 0;       // time the probe took
+  // The share of the machine's CPU time that other work took while the probe ran (other
+  // processes, interrupts, a hypervisor's steal; util/cpu_share.h), 0-1; -1 unknown. A probe
+  // taken on a busy machine completes and resubmits its reads late and under-measures the device.
+  double other_cpu = -1;
   std::vector<ProbePoint> points;
+
+  // Taken while other work had more than kBusyShare of the CPU time.
+  static constexpr double kBusyShare = 0.25;
+  bool taken_busy() const { return other_cpu > kBusyShare; }
 
   // Ops in the device at a point: its depth, times expert_extents for whole experts.
   int ops_of(const ProbePoint& p) const { return p.whole_expert ? p.queue_depth * expert_extents : p.queue_depth; }
@@ -117,9 +126,10 @@ std::string probe_cache_path();
 // cannot be read or parsed counts as empty (a warning on stderr), never as an error.
 std::optional<DeviceProbe> load_cached_probe(const std::string& cache_path, const std::string& device,
                                              size_t alignment, uint64_t expert_bytes, const std::string& io_mode);
-// Adds or replaces p's entry in the cache file (created with its directory; written atomically).
-// Throws les::Error when it cannot be written.
-void save_cached_probe(const std::string& cache_path, const DeviceProbe& p);
+// Adds or replaces p's entry in the cache file (created with its directory; written atomically),
+// except that a probe taken on a busy machine never replaces one that was not (returns false and
+// leaves the file as it was). Throws les::Error when it cannot be written.
+bool save_cached_probe(const std::string& cache_path, const DeviceProbe& p);
 
 // A human-readable table of the probe (sizes down, depths across: sustained / burst MB/s).
 std::string format_probe(const DeviceProbe& p);
