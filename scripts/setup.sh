@@ -17,5 +17,7 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${LES_CMAKE_ARGS:-} >/dev/null
+# A whole build from scratch compiles the library in batches (CMakeLists.txt, LES_UNITY_BUILD):
+# LES_UNITY_BUILD=OFF for a developer's tree where one edited file should recompile alone.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLES_UNITY_BUILD=${LES_UNITY_BUILD:-ON} ${LES_CMAKE_ARGS:-} >/dev/null
 ninja -C build -j"$(nproc)"

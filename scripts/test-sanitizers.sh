@@ -52,7 +52,7 @@ build() {  # dir sanitizers extra-cmake-args... ; targets come from $TARGETS
   shift 2
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1" \
-    -DLES_SANITIZE="$san" -DLES_BUILD_BENCH=OFF "$@" >/dev/null
+    -DLES_SANITIZE="$san" -DLES_BUILD_BENCH=OFF -DLES_UNITY_BUILD=${LES_UNITY_BUILD:-ON} "$@" >/dev/null
   ninja -C "$dir" -j"$JOBS" $TARGETS
 }
 

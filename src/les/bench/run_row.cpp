@@ -13,14 +13,11 @@
 #include "les/model/config.h"
 #include "les/spec/oracle_drafter.h"
 #include "les/util/error.h"
+#include "les/util/clock.h"
 
 namespace les::bench {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The streaming statistics at one moment (decode-phase figures are differences of two).
 struct Snapshot {

@@ -27,17 +27,13 @@
 #include "les/tokenizer/tokenizer.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
+#include "les/util/clock.h"
 
 namespace les::bench {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kDiskProbeQueueDepth = 8;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double mib(double b) { return b / 1048576.0; }
 

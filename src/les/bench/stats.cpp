@@ -7,7 +7,6 @@
 namespace les::bench {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 bool known(double x) { return std::isfinite(x) && x > 0; }
 }  // namespace
 

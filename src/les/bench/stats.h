@@ -2,9 +2,13 @@
 // machine, and ratios (no I/O, no clocks; unit-tested directly).
 #pragma once
 
+#include <limits>
 #include <vector>
 
 namespace les::bench {
+
+// A figure that does not apply or was not measured.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Median of the values (the mean of the two middle ones for an even count); NaN for none.
 // NaN inputs are ignored (a column that does not apply to some repeat).

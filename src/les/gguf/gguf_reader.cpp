@@ -364,8 +364,6 @@ File Parser::run() {
   return f;
 }
 
-std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
-
 File parse_or_need_more(const uint8_t* data, size_t size, uint64_t file_size,
                         std::string_view what) {
   if (size > file_size) {

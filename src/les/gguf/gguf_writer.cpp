@@ -20,8 +20,6 @@ using ull = unsigned long long;
 
 constexpr uint64_t kChunk = uint64_t(4) << 20;  // write granularity (progress reports)
 
-std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
-
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 bool valid_alignment(uint64_t a) {

@@ -15,16 +15,13 @@
 #include "les/server/metrics.h"
 #include "les/server/request_queue.h"
 #include "les/util/error.h"
+#include "les/util/clock.h"
 
 namespace les::server {
 
 using json = nlohmann::ordered_json;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A request validated and tokenized, waiting to run.
 struct Job {

@@ -9,10 +9,6 @@
 
 namespace les {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void check_finite(const float* logits, int n_vocab, int n_past) {
   for (int i = 0; i < n_vocab; ++i) {
     if (!std::isfinite(logits[i])) {

@@ -2,10 +2,9 @@
 #pragma once
 
 #include "les/session/generate.h"
+#include "les/util/clock.h"
 
 namespace les {
-
-double now_s();  // monotonic seconds
 
 // Non-finite logits mean non-finite weights (a corrupt file): sampling from them would emit
 // arbitrary tokens, so generation stops with an error instead.

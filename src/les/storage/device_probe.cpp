@@ -20,6 +20,7 @@
 #include "les/util/atomic_file.h"
 #include "les/util/cpu_share.h"
 #include "les/util/error.h"
+#include "les/util/clock.h"
 
 namespace les::storage {
 
@@ -29,10 +30,6 @@ namespace {
 // engine's (version 1 read into separate small buffers and measured 2.5-4x less than the engine
 // gets on this VM's disk).
 constexpr int kCacheVersion = 2;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Random requests of one probe point over the experts' extents.
 class RequestMaker {

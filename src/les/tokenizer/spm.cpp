@@ -11,22 +11,22 @@
 namespace les::tok {
 namespace {
 
-struct Symbol {
+struct SpmSymbol {
   uint32_t start;
   uint32_t len;
   int32_t prev;
   int32_t next;
 };
 
-struct Bigram {
+struct SpmBigram {
   float score;
   int32_t left;
   int32_t right;
   uint32_t size;
 };
 
-struct BigramLess {  // max-heap on score, ties: smaller left first
-  bool operator()(const Bigram& a, const Bigram& b) const {
+struct SpmBigramLess {  // max-heap on score, ties: smaller left first
+  bool operator()(const SpmBigram& a, const SpmBigram& b) const {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
@@ -49,10 +49,10 @@ class SpmSession {
     for (int32_t i = 1; i < static_cast<int32_t>(syms_.size()); ++i) try_add(i - 1, i);
 
     while (!queue_.empty()) {
-      const Bigram b = queue_.top();
+      const SpmBigram b = queue_.top();
       queue_.pop();
-      Symbol& l = syms_[b.left];
-      Symbol& r = syms_[b.right];
+      SpmSymbol& l = syms_[b.left];
+      SpmSymbol& r = syms_[b.right];
       if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;
       l.len += r.len;
       r.len = 0;
@@ -66,11 +66,11 @@ class SpmSession {
   }
 
  private:
-  std::string_view text_of(const Symbol& s) const { return text_.substr(s.start, s.len); }
+  std::string_view text_of(const SpmSymbol& s) const { return text_.substr(s.start, s.len); }
 
   void try_add(int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
-    const Symbol& l = syms_[left];
+    const SpmSymbol& l = syms_[left];
     const std::string_view piece = text_.substr(l.start, l.len + syms_[right].len);
     const int32_t id = lookup(v_.token_to_id, piece);
     if (id < 0) return;
@@ -89,7 +89,7 @@ class SpmSession {
     }
   }
 
-  void resegment(const Symbol& s, std::vector<int32_t>& out, int depth) const {
+  void resegment(const SpmSymbol& s, std::vector<int32_t>& out, int depth) const {
     const std::string_view piece = text_of(s);
     if (piece.empty()) return;
     const int32_t id = lookup(v_.token_to_id, piece);
@@ -109,8 +109,8 @@ class SpmSession {
   const VocabIndex& v_;
   std::string_view text_;
   int32_t unk_;
-  std::vector<Symbol> syms_;
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue_;
+  std::vector<SpmSymbol> syms_;
+  std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmBigramLess> queue_;
   std::unordered_map<std::string, std::pair<int32_t, int32_t>, StrHash, std::equal_to<>>
       rev_merge_;
 };

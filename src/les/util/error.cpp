@@ -1,6 +1,7 @@
 #include "les/util/error.h"
 
 #include <cstdarg>
+#include <system_error>
 #include <vector>
 
 namespace les {
@@ -21,6 +22,8 @@ std::string strfmt(const char* fmt, ...) {
   va_end(ap2);
   return out;
 }
+
+std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
 
 void assert_fail(const char* expr, const char* file, int line) {
   std::fprintf(stderr, "les: internal invariant failed: %s (%s:%d)\n", expr, file, line);

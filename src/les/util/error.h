@@ -19,6 +19,9 @@ class Error : public std::runtime_error {
 // printf-style message builder for error contexts.
 std::string strfmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The system's text for an errno value ("No such file or directory").
+std::string errno_text(int e);
+
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);
 
 }  // namespace les
