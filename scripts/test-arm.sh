@@ -53,7 +53,7 @@ FILES="test_quant_simd;test_quant_ref;test_dequant_simd;test_batched_products;te
 EXCLUDE='/les/(server|chat|bench|quality|imatrix|mixed|engine|session)/'
 if [ -n "${LES_ARM_FULL:-}" ]; then EXCLUDE=""; fi
 cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
-  -DLES_BUILD_BENCH=OFF -DLES_UNITY_BUILD=${LES_UNITY_BUILD:-ON} "-DLES_TEST_FILES=$FILES" "-DLES_LIB_EXCLUDE=$EXCLUDE" ${LES_ARM_CMAKE_ARGS:-} >/dev/null
+  -DLES_BUILD_BENCH=OFF "-DLES_TEST_FILES=$FILES" "-DLES_LIB_EXCLUDE=$EXCLUDE" ${LES_ARM_CMAKE_ARGS:-} >/dev/null
 TARGETS=les_tests
 if [ -n "${LES_ARM_FULL:-}" ]; then TARGETS="les_tests les_cli"; fi
 ninja -C build-arm -j"$(nproc)" $TARGETS
