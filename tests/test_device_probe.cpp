@@ -113,6 +113,13 @@ TEST(DeviceProbe, MeasuresTheFakeDeviceModel) {
     EXPECT_NE(table.find("sweep 0.38M"), std::string::npos) << table;
     EXPECT_NE(table.find("warm 0.38M"), std::string::npos) << table;
 
+    // Under TSan the fake device's sleeps end late by more than the lower bounds allow (the CI
+    // check of 2026-12-03 missed them in four probes of four, other work at 47-60% of the CPU);
+    // the probe's threads still ran under it, and the Release and ASan builds check the bounds.
+    if (les::test::kThreadSanitized) {
+      std::printf("TSan build: the fake device's lower bounds are not checked\n");
+      return;
+    }
     // The lower bounds (loose: a loaded machine wakes sleeps late) and what follows from them:
     // two experts at a time with 16 ops, chunks (8 ops per expert) beat whole reads (3 ops).
     const ChunkChoice c = storage::choose_read_chunk(p, 2, 16);
