@@ -15,32 +15,26 @@
 
 namespace les::test {
 
-// Built with ASan or TSan (gcc's macros, clang's __has_feature).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitized = true;
+// Sanitized builds (gcc's __SANITIZE_* macros, clang's __has_feature).
+#if defined(__has_feature)
+#define LES_TEST_HAS_FEATURE(x) __has_feature(x)
 #else
-inline constexpr bool kSanitized = false;
+#define LES_TEST_HAS_FEATURE(x) 0
 #endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
-
-// Built with TSan: every memory access and lock is instrumented, so sleeps and wake-ups run late
-// by more than the timing tests' margins.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_THREAD__) || LES_TEST_HAS_FEATURE(thread_sanitizer)
+// TSan: every memory access and lock is instrumented, so sleeps and wake-ups run late by more
+// than the timing tests' margins.
 inline constexpr bool kThreadSanitized = true;
 #else
 inline constexpr bool kThreadSanitized = false;
 #endif
+#if defined(__SANITIZE_ADDRESS__) || LES_TEST_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kAddressSanitized = true;
 #else
-inline constexpr bool kThreadSanitized = false;
+inline constexpr bool kAddressSanitized = false;
 #endif
+// Built with ASan or TSan.
+inline constexpr bool kSanitized = kAddressSanitized || kThreadSanitized;
 
 inline bool file_exists(const std::string& p) {
   struct stat st {};
