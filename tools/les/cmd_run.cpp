@@ -19,6 +19,7 @@
 #include "les/spec/spec_report.h"
 #include "les/util/error.h"
 #include "les/util/hash.h"
+#include "les/util/clock.h"
 
 namespace les::cli {
 
@@ -87,7 +88,6 @@ int cmd_run(int argc, char** argv) {
     return t.bytes_demand + t.bytes_prefetch;
   };
   auto stall_s = [&] { return experts ? experts->stats().total().stall_s : 0.0; };
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   // CPU time of this (the decoding) thread and of the whole process, user and system.
   struct Cpu {
     double thread_user = 0, thread_sys = 0, proc_user = 0, proc_sys = 0;
@@ -105,7 +105,7 @@ int cmd_run(int argc, char** argv) {
     if (!first) return;
     bytes_at_first = bytes_read();
     stall_at_first = stall_s();
-    time_at_first = now();
+    time_at_first = now_s();
     cpu_at_first = cpu();
     first = false;
   };
@@ -133,7 +133,7 @@ int cmd_run(int argc, char** argv) {
     rs.budget = engine.budget().total;
     if (a.has("--stats")) {
       std::fprintf(stderr, "\n%s", format_stream_table(experts->stats(), rs).c_str());
-      const double secs = now() - time_at_first;
+      const double secs = now_s() - time_at_first;
       if (!first && st.n_generated > 1 && engine.io_ceiling_mbs() > 0) {
         const IoCeiling c = io_ceiling(bytes_read() - bytes_at_first, stall_s() - stall_at_first, secs,
                                        static_cast<uint64_t>(st.n_generated - 1), engine.io_ceiling_mbs());

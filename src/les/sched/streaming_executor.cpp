@@ -17,6 +17,7 @@
 
 #include "les/sched/streaming_experts.h"
 #include "les/util/error.h"
+#include "les/util/clock.h"
 
 namespace les {
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "les/util/error.h"
+#include "les/util/clock.h"
 
 namespace les {
 
@@ -56,10 +57,6 @@ storage::IoCounters counters_since(const storage::IoCounters& now, const storage
 }
 
 }  // namespace
-
-double StreamingExperts::now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 const char* schedule_name(Schedule s) { return s == Schedule::ondemand ? "ondemand" : "lookahead"; }
 

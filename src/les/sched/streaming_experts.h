@@ -283,7 +283,6 @@ class StreamingExperts final : public ExpertSource {
   void run_residents(LayerRun& r);  // lookahead: the resident experts, before any wait
   // The rest: each as it arrives (lookahead) or all once none is in flight (ondemand).
   void run_arrivals(LayerRun& r);
-  static double now_s();
 
   const Model& model_;
   const ModelConfig& cfg_;
