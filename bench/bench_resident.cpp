@@ -4,12 +4,14 @@
 // kernel ISA, the ISAs interleaved within each repeat (the first one is compared to llama.cpp).
 // --rounds K alternates K rounds of (les repeats, llama.cpp repeats) and takes the medians over
 // all of them, so that both engines sample a shared machine's changing load alike; the load
-// average is printed before and after.
+// average is printed before and after. --memory lists how the model file becomes memory (model.h:
+// read = into huge pages, map = mmap; default: the automatic choice); with both, les runs every
+// ISA once per mode (one model loaded per mode), interleaved, the first mode's first ISA compared.
 //
 //   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp]
-//                  [--json FILE]
+//                  [--memory read,map] [--json FILE]
 #include <algorithm>
-#include <chrono>
+#include <memory>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -21,15 +23,12 @@
 
 #include "les/model/context.h"
 #include "les/quant/kernels.h"
+#include "les/util/clock.h"
 #include "les/util/error.h"
 
 using namespace les;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The 1-, 5- and 15-minute load averages (a shared machine's load at the time of a run).
 std::string load_average() {
@@ -51,6 +50,7 @@ int main(int argc, char** argv) {
   int threads = 2, n_prompt = 128, n_gen = 64, reps = 5, rounds = 1;
   bool run_llamacpp = true;
   std::vector<Isa> isas;
+  std::vector<ResidentMemory> memories;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -62,6 +62,16 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") rounds = std::max(1, std::stoi(val()));
     else if (k == "--no-llamacpp") run_llamacpp = false;
     else if (k == "--json") json_out = val();
+    else if (k == "--memory") {
+      std::stringstream ss(val());
+      std::string name;
+      try {
+        while (std::getline(ss, name, ',')) memories.push_back(parse_resident_memory(name));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_resident: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (k == "--isa") {
       std::stringstream ss(val());
       std::string name;
@@ -76,7 +86,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp] "
+                   "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp] [--memory read,map] "
                    "[--json FILE]\n");
       return 2;
     }
@@ -86,22 +96,34 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto m = Model::load(model_path);
+    if (memories.empty()) memories.push_back(ResidentMemory::automatic);
+    std::vector<std::unique_ptr<Model>> models;
+    for (ResidentMemory mem : memories) {
+      models.push_back(Model::load(model_path, LoadOptions{.map_experts = true, .resident = mem}));
+      const Model& lm = *models.back();
+      std::printf("model memory: %s%s", resident_memory_name(lm.resident_memory()),
+                  mem == ResidentMemory::automatic ? " (automatic)" : "");
+      if (lm.resident_memory() == ResidentMemory::read) std::printf(", read in %.2f s", lm.resident_read_seconds());
+      std::printf("\n");
+    }
+    const Model* m = models[0].get();
     const ModelConfig& c = m->config();
     std::mt19937 rng(42);
     std::vector<int32_t> prompt;
     for (int i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(std::max(2, c.n_vocab - 300))));
     if (isas.empty()) isas.push_back(kernels().isa);
     const std::string load_before = load_average();
-    std::vector<std::vector<double>> pre(isas.size()), dec(isas.size());
+    // Variant k: model k / isas.size(), ISA k % isas.size().
+    const size_t n_var = models.size() * isas.size();
+    std::vector<std::vector<double>> pre(n_var), dec(n_var);
     std::vector<double> ll_pre, ll_dec;
     bool llama_failed = false;
     std::string llama_cmd;
     for (int round = 0; round < rounds; ++round) {
       for (int r = 0; r < reps + 1; ++r) {
-        for (size_t k = 0; k < isas.size(); ++k) {
-          set_active_isa(isas[k]);
-          Context ctx(*m, ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
+        for (size_t k = 0; k < n_var; ++k) {
+          set_active_isa(isas[k % isas.size()]);
+          Context ctx(*models[k / isas.size()], ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
           double t0 = now_s();
           ctx.eval(prompt, false);
           const double tp = now_s() - t0;
@@ -138,13 +160,15 @@ int main(int argc, char** argv) {
     std::printf("model %s (%s), %d threads, prompt %d, decode %d, %d reps x %d rounds, load average %s -> %s\n",
                 model_path.c_str(), c.arch_str.c_str(), threads, n_prompt, n_gen, reps, rounds, load_before.c_str(),
                 load_average().c_str());
-    for (size_t k = 0; k < isas.size(); ++k) {
-      std::printf("les %-8s prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
-                  isa_name(isas[k]), median(pre[k]), median(dec[k]), active * median(dec[k]) / 1e9);
+    for (size_t k = 0; k < n_var; ++k) {
+      const char* mem = models.size() > 1 ? resident_memory_name(models[k / isas.size()]->resident_memory()) : "";
+      std::printf("les %-8s%-5s prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
+                  isa_name(isas[k % isas.size()]), mem, median(pre[k]), median(dec[k]), active * median(dec[k]) / 1e9);
     }
     const double les_pre = median(pre[0]), les_dec = median(dec[0]);
     nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"prompt", n_prompt}, {"decode", n_gen},
-                          {"rounds", rounds}, {"isa", isa_name(isas[0])}, {"les_prefill_tok_s", les_pre},
+                          {"rounds", rounds}, {"isa", isa_name(isas[0])},
+                          {"memory", resident_memory_name(m->resident_memory())}, {"les_prefill_tok_s", les_pre},
                           {"les_decode_tok_s", les_dec}, {"active_bytes_per_token", active}};
     if (run_llamacpp && !llama_failed && !ll_pre.empty() && !ll_dec.empty()) {
       const double lp = median(ll_pre), ld = median(ll_dec);

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "load_modes.h"
+
 #include "les/model/context.h"
 #include "les/model/model.h"
 #include "les/pack/pack.h"
@@ -155,13 +157,13 @@ TEST(CorruptModel, TruncationAtEveryTensorBoundary) {
     if (c >= bytes.size()) continue;
     les::test::write_file_bytes(out, bytes.data(), static_cast<size_t>(c));
     const std::string ctx = "cut at " + std::to_string(c);
-    for (bool map : {true, false}) {
-      const std::string msg = error_of([&] { Model::load(out, LoadOptions{.map_experts = map}); });
-      ASSERT_FALSE(msg.empty()) << ctx << " accepted";
+    for (const auto& [mode, lo] : les::test::every_load_mode()) {
+      const std::string msg = error_of([&] { Model::load(out, lo); });
+      ASSERT_FALSE(msg.empty()) << ctx << " accepted (" << mode << ")";
       const bool says = msg.find("truncated") != std::string::npos || msg.find("past the end") != std::string::npos ||
                         msg.find("does not fit") != std::string::npos || msg.find("bad magic") != std::string::npos ||
                         msg.find("bytes left") != std::string::npos;
-      EXPECT_TRUE(says) << ctx << ": " << msg;
+      EXPECT_TRUE(says) << ctx << " (" << mode << "): " << msg;
       EXPECT_NE(msg.find(out), std::string::npos) << ctx << ": no path in " << msg;
     }
     if (c > f.data_offset) {
@@ -336,8 +338,8 @@ TEST(CorruptModel, NonFiniteNormIsRefusedAtLoad) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::memcpy(data + 5 * sizeof(float), &nan, sizeof(float));
   });
-  for (bool map : {true, false}) {
-    const std::string msg = error_of([&] { Model::load(bad, LoadOptions{.map_experts = map}); });
+  for (const auto& [mode, lo] : les::test::every_load_mode()) {
+    const std::string msg = error_of([&] { Model::load(bad, lo); });
     for (const char* w : {"tensor 'blk.1.ffn_norm.weight'", "element 5 is NaN"}) {
       EXPECT_NE(msg.find(w), std::string::npos) << msg;
     }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "load_modes.h"
 #include "les/gguf/gguf.h"
 #include "les/model/context.h"
 #include "les/pack/pack.h"
@@ -401,8 +402,8 @@ TEST(Pack, TruncatedOrInconsistentFilesFailToLoad) {
   ASSERT_GT(bytes.size(), 8192u);
   bytes.erase(bytes.end() - 4096, bytes.end());
   write_bytes(bad, bytes);
-  for (bool map : {true, false}) {
-    const std::string err = error_of([&] { Model::load(bad, LoadOptions{.map_experts = map}); });
+  for (const auto& [mode, lo] : les::test::every_load_mode()) {
+    const std::string err = error_of([&] { Model::load(bad, lo); });
     EXPECT_NE(err.find("bad.gguf"), std::string::npos) << err;
     EXPECT_NE(err.find("ffn_experts_packed"), std::string::npos) << err;
   }

@@ -64,7 +64,17 @@ int cmd_run(int argc, char** argv) {
   // --stats prints the decode ceiling, which needs the device probe (cached per device).
   if (streaming && a.has("--stats")) eo.probe_io = true;
   Engine engine(std::move(eo));
-  if (streaming) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
+  if (streaming) {
+    std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
+  } else {
+    const Model& m = engine.model();
+    const double gib = static_cast<double>(m.gguf().file_size) / (1u << 30);
+    if (m.resident_memory() == ResidentMemory::read) {
+      std::fprintf(stderr, "model: %.2f GiB read into memory (huge pages) in %.2f s\n", gib, m.resident_read_seconds());
+    } else {
+      std::fprintf(stderr, "model: %.2f GiB mapped from the file (page cache)\n", gib);
+    }
+  }
   StreamingExperts* experts = engine.experts();
 
   std::vector<int32_t> ids;

@@ -19,6 +19,10 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"},
       {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
                         "through an expert cache (default: whole model mapped in memory)", "SIZE"},
+      {{"--mmap"}, false, "without --mem: map the model file instead of reading it (starts at once and shares the page "
+                          "cache, but on 4 KiB pages: slower products)", ""},
+      {{"--no-mmap"}, false, "without --mem: read the whole model into memory on huge pages (default when it fits in "
+                             "available memory and the kernel has transparent huge pages)", ""},
       {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},
       {{"--io"}, true, "expert reads with --mem: uring (default where the kernel allows it, else pread), pread, naive (buffered + copy)", "MODE"},
       {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
@@ -89,6 +93,15 @@ EngineOptions engine_options_from(const Args& a) {
       if (a.has(f)) throw Error(strfmt("%s needs --spec", f));
     }
   }
+
+  if (a.has("--mmap") && a.has("--no-mmap")) throw Error("--mmap and --no-mmap exclude each other");
+  if (a.has("--mem")) {
+    for (const char* f : {"--mmap", "--no-mmap"}) {
+      if (a.has(f)) throw Error(strfmt("%s applies to a fully resident model, not with --mem (experts streamed)", f));
+    }
+  }
+  if (a.has("--mmap")) o.resident = ResidentMemory::map;
+  if (a.has("--no-mmap")) o.resident = ResidentMemory::read;
 
   if (a.has("--mem")) {
     o.mem = parse_size(a.str("--mem"), "--mem");

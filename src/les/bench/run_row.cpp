@@ -126,8 +126,12 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
       }
     }
   }
-  if (plan.resident) warm_page_cache(plan.file);
-  else drop_page_cache(plan.file);
+  if (plan.resident) {
+    eo.resident = plan.resident_memory;
+    if (plan.resident_memory != ResidentMemory::read) warm_page_cache(plan.file);
+  } else {
+    drop_page_cache(plan.file);
+  }
 
   RunMeasure m;
   const double t_start = now_s();

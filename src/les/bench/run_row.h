@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "les/bench/rows.h"
+#include "les/model/model.h"
 #include "les/sched/streaming_experts.h"
 #include "les/storage/io.h"
 
@@ -21,7 +22,9 @@ namespace les::bench {
 struct RowPlan {
   RowKind kind = RowKind::baseline;
   std::string file;                       // the model file this run reads
-  bool resident = false;                  // whole file mapped (pre-read into the page cache first)
+  bool resident = false;                  // whole file resident: mapped (pre-read into the page cache
+                                          // first) or read into huge pages, as resident_memory says
+  ResidentMemory resident_memory = ResidentMemory::map;
   storage::IoMode io = storage::IoMode::uring;
   Schedule schedule = Schedule::lookahead;
   // Routing oracle: an untimed recording run (ondemand) first, then the measured run prefetches

@@ -28,6 +28,7 @@
 #include "les/util/error.h"
 #include "les/util/hash.h"
 #include "les/util/clock.h"
+#include "les/util/meminfo.h"
 
 namespace les::bench {
 
@@ -41,17 +42,6 @@ void require_file(const std::string& path, const char* what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error(strfmt("%s '%s': %s", what, path.c_str(), std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw Error(strfmt("%s '%s' is not a regular file", what, path.c_str()));
-}
-
-uint64_t mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
 }
 
 // A temporary directory for packed files, removed with everything in it when the bench ends
@@ -396,7 +386,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     p.mem = rep.mem;
     switch (r.kind) {
       case RowKind::resident: {
-        const uint64_t avail = mem_available();
+        const uint64_t avail = mem_available_bytes();
         if (orig.file_bytes <= rep.mem) {
           r.note = "fits the budget";
         } else if (orig.file_bytes * 2 <= avail) {
@@ -409,7 +399,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         }
         p.file = o.model;
         p.resident = true;
-        r.how = "mapped, in page cache";
+        // Read into huge pages where it fits with its margin (as les run does by default).
+        p.resident_memory = choose_resident_memory(orig.file_bytes, avail, transparent_huge_pages_usable());
+        r.how = p.resident_memory == ResidentMemory::read ? "read into memory (huge pages)" : "mapped, in page cache";
         break;
       }
       case RowKind::baseline:
@@ -480,6 +472,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       p.kind = RowKind::mixed;
       p.file = o.mixed;
       p.resident = true;
+      p.resident_memory = choose_resident_memory(std::filesystem::file_size(o.mixed), mem_available_bytes(),
+                                                 transparent_huge_pages_usable());
       add_slot(i, p, false, 1);
       slots.back().reference = true;
       slots.back().label = "+mixed precision (resident, compute reference)";

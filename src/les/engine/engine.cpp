@@ -12,7 +12,7 @@ namespace les {
 
 Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
   const bool streaming = opts_.mem > 0;
-  model_ = Model::load(opts_.model_path, LoadOptions{.map_experts = !streaming});
+  model_ = Model::load(opts_.model_path, LoadOptions{.map_experts = !streaming, .resident = opts_.resident});
   tok_ = std::make_unique<Tokenizer>(vocab_from_gguf(model_->gguf()));
   const auto text_of = [&](int32_t id) { return id >= 0 ? tok_->token_text(id) : std::string(); };
   try {

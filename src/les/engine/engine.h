@@ -35,6 +35,8 @@ struct EngineOptions {
   // Hard memory budget in bytes: dense weights resident, experts streamed through a cache sized by
   // plan_budget. 0: the whole model mapped in memory (experts resident).
   uint64_t mem = 0;
+  // Without mem: whether the model file is mapped or read into huge pages (model.h).
+  ResidentMemory resident = ResidentMemory::automatic;
   // With mem: the schedule, I/O mode, policy, prefetch knobs (cache_bytes and withheld_bytes are
   // set by the engine from the budget).
   StreamingOptions streaming;

@@ -16,14 +16,36 @@
 
 namespace les {
 
+// How a fully resident model's file becomes memory.
+//   map: the file is memory-mapped. Nothing is read up front and the pages are the page cache's
+//     (shared with other processes, reclaimable), but they are mostly 4 KiB pages: a decoded token
+//     walks the whole model, and its products then spend much of their time on TLB misses (1.6x
+//     slower decoding on the 30B-A3B shape, docs/benchmarks.md).
+//   read: the whole file is read (direct I/O where the file system allows it, 4 readers) into
+//     anonymous memory on transparent huge pages that the model owns. Costs the read at load and
+//     the model's size in process memory that the kernel cannot reclaim.
+//   automatic: read when the file fits in available memory with a margin (resident_fits) and the
+//     kernel grants huge pages; map otherwise (a model larger than memory still runs, paging).
+enum class ResidentMemory { automatic, map, read };
+
+// Whether `file_bytes` fit in `available_bytes` (MemAvailable) with room left for the context,
+// the KV cache and the rest of the system: 1 GiB plus 1/16 of the file.
+bool resident_fits(uint64_t file_bytes, uint64_t available_bytes);
+// The choice of ResidentMemory::automatic for a file of `file_bytes` (read or map).
+ResidentMemory choose_resident_memory(uint64_t file_bytes, uint64_t available_bytes, bool huge_pages);
+// "map", "read", "automatic"; parse_resident_memory throws les::Error for any other name.
+const char* resident_memory_name(ResidentMemory m);
+ResidentMemory parse_resident_memory(const std::string& name);
+
 struct LoadOptions {
-  // true: the whole file is memory-mapped (fully resident model).
+  // true: the whole file is resident, mapped or read as `resident` says.
   // false (streaming): only the dense tensors are read, into memory the model owns (buffered
   // reads whose pages are then dropped from the page cache); routed experts stay on storage and
   // their stacks carry only file offsets (data == nullptr): an expert store provides the bytes.
   // Both work for an original GGUF and for a packed one (les pack): a packed file's expert stacks
   // have expert_stride = its row, and packed() describes its rows and checksums.
   bool map_experts = true;
+  ResidentMemory resident = ResidentMemory::automatic;
 };
 
 class Model {
@@ -38,6 +60,10 @@ class Model {
   // Bytes of the tensors that are always resident vs the routed experts.
   uint64_t dense_bytes() const { return dense_bytes_; }
   uint64_t expert_bytes() const { return expert_bytes_; }
+  // Resident mode: how the file became memory (map or read; never automatic). Streaming mode: map.
+  ResidentMemory resident_memory() const { return resident_; }
+  // Resident mode with read: seconds the read took (0 otherwise).
+  double resident_read_seconds() const { return read_seconds_; }
   // Bytes of one routed expert (gate + up + down) of a layer (padding of a packed row excluded).
   uint64_t expert_size(int layer) const;
   // The weights holding expert layer `layer`'s routed experts: trunk layer `layer`, or the MTP
@@ -62,7 +88,12 @@ class Model {
   ModelConfig cfg_;
   ModelWeights w_;
   std::optional<pack::PackInfo> pack_;
-  MappedFile file_;                 // resident mode
+  // Resident mode: the file's bytes from offset 0 (mapped or read); nullptr in streaming mode.
+  const uint8_t* file_image() const { return resident_ == ResidentMemory::read ? image_.data() : file_.data(); }
+  MappedFile file_;                 // resident mode, map
+  storage::AlignedBuffer image_;    // resident mode, read: the whole file, from offset 0
+  ResidentMemory resident_ = ResidentMemory::map;
+  double read_seconds_ = 0;
   storage::AlignedBuffer dense_arena_;  // streaming mode: dense tensors, each at a 4 KiB boundary + its block offset
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors
   std::map<std::string, std::vector<uint8_t>> replaced_;  // replace_tensor's buffers

@@ -16,6 +16,8 @@
 #include "les/quant/finite.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
+#include "les/util/clock.h"
+#include "les/util/meminfo.h"
 
 namespace les {
 
@@ -352,56 +354,50 @@ bool is_routed_expert_tensor(const std::string& name) {
          pack::is_packed_tensor_name(name);
 }
 
-// Reads every non-expert tensor into one arena (64-byte aligned slices), then drops the file's
-// pages from the page cache: the dense part is resident in our own memory, nothing else is.
-// Streaming mode: the dense tensors into one arena, each at a 4 KiB boundary plus its offset in
-// its first file block, read with direct I/O (the page cache is never filled; a file system that
-// refuses O_DIRECT gets buffered reads, dropped from the page cache after). The extents are cut
-// into chunks of at most kDenseChunk that kDenseReaders threads claim in file order; each thread
-// populates a chunk's arena pages (huge pages where the kernel grants them) just before reading
-// into it, so that zeroing pages overlaps the other threads' reads, and the disk sees several
-// reads in flight (one read at a time reached about half of a cloud disk's bandwidth).
-constexpr size_t kDenseChunk = size_t{8} << 20;
-constexpr int kDenseReaders = 4;
+// Reading into memory the model owns: extents cut into chunks of at most kReadChunk that
+// kReaders threads claim in file order, read with direct I/O (the page cache is never filled; a
+// file system that refuses O_DIRECT gets buffered reads, dropped from the page cache after). Each
+// thread populates a chunk's arena pages (huge pages where the kernel grants them) just before
+// reading into it, so that zeroing pages overlaps the other threads' reads, and the disk sees
+// several reads in flight (one read at a time reached about half of a cloud disk's bandwidth).
+constexpr size_t kReadChunk = size_t{8} << 20;
+constexpr int kReaders = 4;
 
-void read_dense_tensors(const std::string& path, const gguf::File& f, storage::AlignedBuffer& arena,
-                        std::map<std::string, size_t>& where) {
-  struct Chunk {
-    const gguf::TensorInfo* t;
-    uint64_t file_offset;  // of the chunk (aligned)
-    size_t at;             // its position in the arena
-    size_t length;         // aligned length
-    uint64_t need;         // bytes of it the tensor needs (the aligned tail may lie past the end of the file)
-  };
-  std::vector<Chunk> chunks;
-  size_t total = 0;
-  for (const auto& t : f.tensors) {
-    if (is_routed_expert_tensor(t.name)) continue;
-    const storage::AlignedExtent ext = storage::align_extent(f.data_offset + t.offset, t.n_bytes);
-    where[t.name] = total + static_cast<size_t>(ext.skip);
-    const uint64_t need = ext.skip + t.n_bytes;
-    for (uint64_t o = 0; o < need; o += kDenseChunk) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(kDenseChunk, ext.length - o));
-      chunks.push_back(Chunk{&t, ext.file_offset + o, total + static_cast<size_t>(o), len, std::min<uint64_t>(len, need - o)});
-    }
-    total += static_cast<size_t>(ext.length);
+struct ReadChunk {
+  std::string what;      // "tensor 'NAME'" or "the file image"
+  uint64_t file_offset;  // of the chunk (aligned)
+  size_t at;             // its position in the arena
+  size_t length;         // aligned length
+  uint64_t need;         // bytes of it that must be read (the aligned tail may lie past the end of the file)
+};
+
+// Appends the chunks of `need` bytes at aligned file offset `file_offset` (length `length`,
+// aligned) landing at arena position `at`.
+void add_chunks(std::vector<ReadChunk>& chunks, const std::string& what, uint64_t file_offset, uint64_t length, size_t at,
+                uint64_t need) {
+  for (uint64_t o = 0; o < need; o += kReadChunk) {
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(kReadChunk, length - o));
+    chunks.push_back(ReadChunk{what, file_offset + o, at + static_cast<size_t>(o), len, std::min<uint64_t>(len, need - o)});
   }
-  arena = storage::AlignedBuffer(std::max<size_t>(total, storage::kDirectIoAlign));
-  const std::shared_ptr<storage::ReadFile> file = storage::open_direct(path);
-  std::sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.file_offset < y.file_offset; });
+}
+
+void read_chunks(const std::string& path, storage::ReadFile& file, std::vector<ReadChunk>& chunks,
+                 storage::AlignedBuffer& arena) {
+  std::sort(chunks.begin(), chunks.end(),
+            [](const ReadChunk& x, const ReadChunk& y) { return x.file_offset < y.file_offset; });
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::string error;  // the first failure (written once, under failed's exchange)
   auto reader = [&] {
     for (size_t i = next++; i < chunks.size() && !failed.load(); i = next++) {
-      const Chunk& c = chunks[i];
+      const ReadChunk& c = chunks[i];
       arena.populate(c.at, c.length);
       uint64_t done = 0;
       while (done < c.need) {
-        const int64_t r = file->read_at(arena.data() + c.at + done, c.length - done, c.file_offset + done);
+        const int64_t r = file.read_at(arena.data() + c.at + done, c.length - done, c.file_offset + done);
         if (r <= 0) {
           if (!failed.exchange(true)) {
-            error = strfmt("%s: reading tensor '%s' at offset %llu failed: %s", path.c_str(), c.t->name.c_str(),
+            error = strfmt("%s: reading %s at offset %llu failed: %s", path.c_str(), c.what.c_str(),
                            static_cast<unsigned long long>(c.file_offset + done),
                            r == 0 ? "unexpected end of file" : std::strerror(static_cast<int>(-r)));
           }
@@ -413,7 +409,7 @@ void read_dense_tensors(const std::string& path, const gguf::File& f, storage::A
   };
   {
     std::vector<std::thread> helpers;
-    const int n = static_cast<int>(std::min<size_t>(kDenseReaders, chunks.size()));
+    const int n = static_cast<int>(std::min<size_t>(kReaders, chunks.size()));
     for (int k = 1; k < n; ++k) helpers.emplace_back(reader);
     reader();
     for (std::thread& t : helpers) t.join();
@@ -421,7 +417,40 @@ void read_dense_tensors(const std::string& path, const gguf::File& f, storage::A
   if (failed.load()) throw Error(error);
   // Pages no chunk touched (a file of no dense tensors: the one-block minimum) stay unpopulated:
   // nothing reads them.
-  if (!file->direct()) file->drop_cache(0, file->size());
+  if (!file.direct()) file.drop_cache(0, file.size());
+}
+
+// Streaming mode: every non-expert tensor into one arena, each at a 4 KiB boundary plus its
+// offset in its first file block; `where` gets each tensor's position.
+void read_dense_tensors(const std::string& path, const gguf::File& f, storage::AlignedBuffer& arena,
+                        std::map<std::string, size_t>& where) {
+  std::vector<ReadChunk> chunks;
+  size_t total = 0;
+  for (const auto& t : f.tensors) {
+    if (is_routed_expert_tensor(t.name)) continue;
+    const storage::AlignedExtent ext = storage::align_extent(f.data_offset + t.offset, t.n_bytes);
+    where[t.name] = total + static_cast<size_t>(ext.skip);
+    add_chunks(chunks, "tensor '" + t.name + "'", ext.file_offset, ext.length, total, ext.skip + t.n_bytes);
+    total += static_cast<size_t>(ext.length);
+  }
+  arena = storage::AlignedBuffer(std::max<size_t>(total, storage::kDirectIoAlign));
+  const std::shared_ptr<storage::ReadFile> file = storage::open_direct(path);
+  read_chunks(path, *file, chunks, arena);
+}
+
+// Resident mode, read: the whole file into `image` (byte k of the file at image.data() + k). The
+// file must still be `file_bytes` long (the size its header was parsed at).
+void read_file_image(const std::string& path, uint64_t file_bytes, storage::AlignedBuffer& image) {
+  const std::shared_ptr<storage::ReadFile> file = storage::open_direct(path);
+  if (file->size() != file_bytes) {
+    throw Error(strfmt("%s: file changed while loading (size %llu, header saw %llu)", path.c_str(),
+                       static_cast<unsigned long long>(file->size()), static_cast<unsigned long long>(file_bytes)));
+  }
+  const storage::AlignedExtent ext = storage::align_extent(0, file_bytes);
+  image = storage::AlignedBuffer(std::max<size_t>(static_cast<size_t>(ext.length), storage::kDirectIoAlign));
+  std::vector<ReadChunk> chunks;
+  add_chunks(chunks, "the file image", 0, ext.length, 0, file_bytes);
+  read_chunks(path, *file, chunks, image);
 }
 
 }  // namespace
@@ -434,12 +463,24 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   if (pack::is_packed(m->gguf_)) m->pack_ = pack::read_pack_info(m->gguf_, path);
   ModelLoader ld{*m, nullptr, opt.map_experts, {}, {}};
   if (opt.map_experts) {
-    m->file_ = MappedFile::open(path);
-    if (m->file_.size() != m->gguf_.file_size) {
-      throw Error(strfmt("%s: file changed while loading (size %zu, header saw %llu)", path.c_str(),
-                         m->file_.size(), static_cast<unsigned long long>(m->gguf_.file_size)));
+    ResidentMemory how = opt.resident;
+    if (how == ResidentMemory::automatic) {
+      how = choose_resident_memory(m->gguf_.file_size, mem_available_bytes(), transparent_huge_pages_usable());
     }
-    ld.base = m->file_.data();
+    if (how == ResidentMemory::read) {
+      const double t0 = now_s();
+      read_file_image(path, m->gguf_.file_size, m->image_);
+      m->read_seconds_ = now_s() - t0;
+      ld.base = m->image_.data();
+    } else {
+      m->file_ = MappedFile::open(path);
+      if (m->file_.size() != m->gguf_.file_size) {
+        throw Error(strfmt("%s: file changed while loading (size %zu, header saw %llu)", path.c_str(),
+                           m->file_.size(), static_cast<unsigned long long>(m->gguf_.file_size)));
+      }
+      ld.base = m->file_.data();
+    }
+    m->resident_ = how;
   } else {
     read_dense_tensors(path, m->gguf_, m->dense_arena_, ld.arena_offset);
   }

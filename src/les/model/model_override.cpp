@@ -34,7 +34,7 @@ void for_each_view(ModelWeights& w, const std::function<void(Matrix&)>& fm, cons
 void Model::replace_tensor(const std::string& name, Type t, std::vector<uint8_t> bytes) {
   const gguf::TensorInfo* ti = gguf_.find_tensor(name);
   if (!ti) throw Error(strfmt("%s: replace_tensor: no tensor '%s'", path_.c_str(), name.c_str()));
-  if (!file_.data() || pack_) {
+  if (!file_image() || pack_) {
     throw Error(strfmt("%s: replace_tensor needs a resident, unpacked model", path_.c_str()));
   }
   if (ti->ne.size() < 2) throw Error(strfmt("%s: replace_tensor: '%s' is not a matrix", path_.c_str(), name.c_str()));
@@ -50,7 +50,7 @@ void Model::replace_tensor(const std::string& name, Type t, std::vector<uint8_t>
   }
   // Views currently point at the file's bytes or at an earlier replacement.
   auto prev = replaced_.find(name);
-  const uint8_t* old_data = prev != replaced_.end() ? prev->second.data() : file_.data() + gguf_.data_offset + ti->offset;
+  const uint8_t* old_data = prev != replaced_.end() ? prev->second.data() : file_image() + gguf_.data_offset + ti->offset;
   std::vector<uint8_t> buf = std::move(bytes);
   const uint8_t* new_data = buf.data();
   int n_views = 0;
@@ -84,7 +84,7 @@ void Model::restore_tensor(const std::string& name) {
   const gguf::TensorInfo* ti = gguf_.find_tensor(name);
   LES_ASSERT(ti != nullptr);
   const uint8_t* cur = it->second.data();
-  const uint8_t* orig = file_.data() + gguf_.data_offset + ti->offset;
+  const uint8_t* orig = file_image() + gguf_.data_offset + ti->offset;
   const size_t rb = row_bytes(ti->type, ti->ne[0]);
   for_each_view(
       w_,
