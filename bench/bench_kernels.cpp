@@ -14,12 +14,14 @@
 //       shape), each multiplied with one token by les::matmul on T threads, in a shuffled
 //       order; next to the machine's read bandwidth measured on the same buffer with the same
 //       threads (an AVX2 read of every byte). GB/s of weight bytes and the fraction of the read
-//       bandwidth.
+//       bandwidth. The buffer is on transparent huge pages (as the engine's expert cache and
+//       resident models are); --pages small|both also runs it on 4 KiB pages (the TLB's share).
 //
 // Not a test: numbers depend on the machine and its load. Single-threaded modes time the thread's
 // CPU time (time spent descheduled on a shared machine does not count); --decode times wall time.
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -136,6 +138,7 @@ struct Options {
   int64_t rows = 4096, cols = 2048, tokens = 0;
   int reps = 21, threads = 2;
   bool decode = false, vec_dot = false;
+  bool huge_pages = true, small_pages = false;  // --decode: the buffer's page kinds
   double mb = 2048;
   std::vector<Type> types;
 };
@@ -246,6 +249,31 @@ __attribute__((target("avx2"))) uint64_t read_bytes(const uint8_t* p, size_t n) 
   return static_cast<uint64_t>(_mm256_extract_epi64(acc0, 0) + _mm256_extract_epi64(acc0, 3));
 }
 
+// An anonymous buffer on a 2 MiB boundary with transparent huge pages asked for (madvise) or
+// refused (4 KiB pages whatever the system's THP mode).
+class PageBuffer {
+ public:
+  PageBuffer(size_t size, bool huge) : span_(size + kHuge) {
+    map_ = ::mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) {
+      std::perror("mmap");
+      std::exit(1);
+    }
+    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge);
+    ::madvise(data_, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  ~PageBuffer() { ::munmap(map_, span_); }
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  static constexpr size_t kHuge = size_t{2} << 20;
+  size_t span_;
+  void* map_;
+  uint8_t* data_;
+};
+
 void run_decode(const Options& o) {
   ThreadPool pool(o.threads);
   const std::vector<Isa> isas = supported_isas();
@@ -253,12 +281,15 @@ void run_decode(const Options& o) {
   std::printf("decode-shaped products from DRAM: %.0f MB of weights in matrices of %lld x %lld, one token, %d threads, "
               "median of %d\n",
               o.mb, static_cast<long long>(o.rows), static_cast<long long>(o.cols), o.threads, o.reps);
-  for (Type t : o.types) {
+  std::vector<bool> kinds;  // huge pages?
+  if (o.huge_pages) kinds.push_back(true);
+  if (o.small_pages) kinds.push_back(false);
+  for (Type t : o.types) for (bool huge : kinds) {
     const size_t row_b = row_bytes(t, o.cols);
     const size_t mat_b = row_b * static_cast<size_t>(o.rows);
     const size_t n_mat = std::max<size_t>(1, static_cast<size_t>(o.mb * 1e6) / mat_b);
     const size_t total = n_mat * mat_b;
-    std::vector<uint8_t> w(total);
+    PageBuffer w(total, huge);
     pool.parallel_for(static_cast<int64_t>(n_mat), 1, [&](int, int64_t b, int64_t e) {
       std::mt19937_64 r(static_cast<uint64_t>(b) * 7919 + 1);
       for (int64_t m = b; m < e; ++m) fill_weights(r, t, w.data() + static_cast<size_t>(m) * mat_b, mat_b, o.rows * o.cols);
@@ -282,8 +313,8 @@ void run_decode(const Options& o) {
     const double bw = static_cast<double>(total) / s_read / 1e9;
     uint64_t check = 0;
     for (uint64_t v : sums) check += v;
-    std::printf("%-6s %.0f MB: read bandwidth %.1f GB/s (checksum %llx)\n", type_name(t), static_cast<double>(total) / 1e6,
-                bw, static_cast<unsigned long long>(check));
+    std::printf("%-6s %.0f MB on %s pages: read bandwidth %.1f GB/s (checksum %llx)\n", type_name(t),
+                static_cast<double>(total) / 1e6, huge ? "huge" : "4 KiB", bw, static_cast<unsigned long long>(check));
     std::vector<float> y(static_cast<size_t>(o.rows));
     for (Isa isa : isas) {
       if (isa == Isa::scalar) continue;
@@ -330,6 +361,15 @@ int main(int argc, char** argv) {
     else if (a == "--vec-dot") o.vec_dot = true;
     else if (a == "--mb") o.mb = std::atof(next());
     else if (a == "--threads") o.threads = std::max(1, std::atoi(next()));
+    else if (a == "--pages") {
+      const std::string p = next();
+      if (p != "huge" && p != "small" && p != "both") {
+        std::fprintf(stderr, "--pages: huge, small or both\n");
+        return 2;
+      }
+      o.huge_pages = p != "small";
+      o.small_pages = p != "huge";
+    }
     else if (a == "--type") {
       const auto t = parse_type(next());
       if (!t) {
@@ -340,7 +380,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--rows R] [--cols C] [--reps N] [--type T]... [--vec-dot | --tokens N | --decode "
-                   "[--mb M] [--threads T]]\n",
+                   "[--mb M] [--threads T] [--pages huge|small|both]]\n",
                    argv[0]);
       return 2;
     }
