@@ -16,6 +16,7 @@
 // what llama.cpp runs on x86. A product that the scalar code rounds before adding to it must not
 // be fused into an FMA; `opaque` below keeps GCC from contracting such pairs.
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstddef>
@@ -1057,6 +1058,18 @@ void quantize_bf16(const float* x, void* vy, int64_t n) {
   }
 }
 
+// Whether the CPU's vendor string (CPUID leaf 0) is AMD's.
+bool cpu_vendor_is_amd() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char v[13];
+  std::memcpy(v, &b, 4);
+  std::memcpy(v + 4, &d, 4);
+  std::memcpy(v + 8, &c, 4);
+  v[12] = 0;
+  return std::strcmp(v, "AuthenticAMD") == 0;
+}
+
 }  // namespace
 
 void fill_kernel_table_avx2(KernelTable& t) {
@@ -1080,6 +1093,13 @@ void fill_kernel_table_avx2(KernelTable& t) {
   t.gemm[id(Type::Q4_1)] = gemm_q32<QX_1Ops<false>>;
   t.gemm[id(Type::Q5_1)] = gemm_q32<QX_1Ops<true>>;
   t.gemm[id(Type::IQ4_NL)] = gemm_q32<IQ4_NLOps>;
+  // Q5_0 and Q8_0 (docs/kernels.md, "The AVX2 policy"): on Zen 5 the 4 x 1 and 1 x 4 tiles beat
+  // one vec_dot per output 1.8-3.5x (Q5_0 from L3 6 -> 14 GB/s, Q8_0 7-11 -> 25-27; batched 2.3x
+  // and 1.8x); on the Intel VM Q5_0 measured even and Q8_0's 1 x 4 batches lost (0.7x), so Q8_0
+  // takes the tiles on AMD CPUs only. Results are the same either way (the tiles are vec_dot's
+  // instructions per product).
+  t.gemm[id(Type::Q5_0)] = gemm_q32<Q5_0Ops>;
+  if (cpu_vendor_is_amd()) t.gemm[id(Type::Q8_0)] = gemm_q32<Q8_0Ops>;
 
   t.quantize[id(Type::Q8_0)] = quantize_q8_0;
   t.quantize[id(Type::Q8_1)] = quantize_q8_1;
