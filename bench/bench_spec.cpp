@@ -136,7 +136,9 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
-    auto resident = Model::load(a.model);
+    // Mapped, not read into memory the process owns: the streamed runs beside it must find the
+    // memory of their budget (a mapping's page cache is reclaimable).
+    auto resident = Model::load(a.model, LoadOptions{.map_experts = true, .resident = ResidentMemory::map});
     const std::string sf = a.stream_file.empty() ? a.model : a.stream_file;
     auto streamed = Model::load(sf, LoadOptions{.map_experts = false});
     const ModelConfig& c = resident->config();

@@ -181,7 +181,9 @@ double measure_disk_mbs(const Model& m, const Args& a) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
-    auto resident = Model::load(a.model);
+    // Mapped, not read into memory the process owns: the streamed runs beside it must find the
+    // memory of their budget (a mapping's page cache is reclaimable).
+    auto resident = Model::load(a.model, LoadOptions{.map_experts = true, .resident = ResidentMemory::map});
     auto streamed = Model::load(a.model, LoadOptions{.map_experts = false});
     const ModelConfig& c = resident->config();
     std::vector<int32_t> prompt = make_prompt(a.n_prompt, c.n_vocab);

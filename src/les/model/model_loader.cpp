@@ -18,6 +18,7 @@
 #include "les/util/fp16.h"
 #include "les/util/clock.h"
 #include "les/util/meminfo.h"
+#include "les/util/progress.h"
 
 namespace les {
 
@@ -381,14 +382,17 @@ void add_chunks(std::vector<ReadChunk>& chunks, const std::string& what, uint64_
   }
 }
 
+// progress: updated by the calling thread after each of its chunks with the bytes all threads
+// have read (nullptr: none).
 void read_chunks(const std::string& path, storage::ReadFile& file, std::vector<ReadChunk>& chunks,
-                 storage::AlignedBuffer& arena) {
+                 storage::AlignedBuffer& arena, Progress* progress = nullptr) {
   std::sort(chunks.begin(), chunks.end(),
             [](const ReadChunk& x, const ReadChunk& y) { return x.file_offset < y.file_offset; });
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::string error;  // the first failure (written once, under failed's exchange)
-  auto reader = [&] {
+  std::atomic<uint64_t> bytes_done{0};
+  auto reader = [&](bool caller) {
     for (size_t i = next++; i < chunks.size() && !failed.load(); i = next++) {
       const ReadChunk& c = chunks[i];
       arena.populate(c.at, c.length);
@@ -405,16 +409,19 @@ void read_chunks(const std::string& path, storage::ReadFile& file, std::vector<R
         }
         done += static_cast<uint64_t>(r);
       }
+      const uint64_t total = bytes_done += c.need;
+      if (caller && progress) progress->update(total);
     }
   };
   {
     std::vector<std::thread> helpers;
     const int n = static_cast<int>(std::min<size_t>(kReaders, chunks.size()));
-    for (int k = 1; k < n; ++k) helpers.emplace_back(reader);
-    reader();
+    for (int k = 1; k < n; ++k) helpers.emplace_back(reader, false);
+    reader(true);
     for (std::thread& t : helpers) t.join();
   }
   if (failed.load()) throw Error(error);
+  if (progress) progress->finish();
   // Pages no chunk touched (a file of no dense tensors: the one-block minimum) stay unpopulated:
   // nothing reads them.
   if (!file.direct()) file.drop_cache(0, file.size());
@@ -450,7 +457,10 @@ void read_file_image(const std::string& path, uint64_t file_bytes, storage::Alig
   image = storage::AlignedBuffer(std::max<size_t>(static_cast<size_t>(ext.length), storage::kDirectIoAlign));
   std::vector<ReadChunk> chunks;
   add_chunks(chunks, "the file image", 0, ext.length, 0, file_bytes);
-  read_chunks(path, *file, chunks, image);
+  // A progress line on a terminal for files that take more than a moment.
+  std::unique_ptr<Progress> progress;
+  if (file_bytes >= (uint64_t{1} << 30)) progress = std::make_unique<Progress>("reading model", file_bytes);
+  read_chunks(path, *file, chunks, image, progress.get());
 }
 
 }  // namespace
