@@ -102,3 +102,25 @@ TEST(ResidentMemory, PackedFileMappedAndReadGiveBitIdenticalLogits) {
   ASSERT_EQ(la.size(), lb.size());
   EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
 }
+
+TEST(ResidentMemory, RunFlagsChooseTheModeAndGiveTheSameLogits) {
+  LES_REQUIRE_FILE(les::test::tiny_moe_path());
+  const std::string base = "run -m '" + les::test::tiny_moe_path() + "' -p 'Once upon a time' -n 8 --temp 0 -t 2";
+  auto hash_of = [](const std::string& err) {
+    const size_t p = err.find("final logits hash: ");
+    return p == std::string::npos ? std::string() : err.substr(p + 19, 16);
+  };
+  std::string mapped, read;
+  ASSERT_EQ(les::test::run_les(base + " --mmap", &mapped), 0) << mapped;
+  ASSERT_EQ(les::test::run_les(base + " --no-mmap", &read), 0) << read;
+  EXPECT_NE(mapped.find("mapped from the file"), std::string::npos) << mapped;
+  EXPECT_NE(read.find("read into memory (huge pages)"), std::string::npos) << read;
+  ASSERT_FALSE(hash_of(mapped).empty()) << mapped;
+  EXPECT_EQ(hash_of(mapped), hash_of(read));
+
+  std::string err;
+  EXPECT_EQ(les::test::run_les(base + " --mmap --no-mmap", &err), 1);
+  EXPECT_NE(err.find("--mmap and --no-mmap exclude each other"), std::string::npos) << err;
+  EXPECT_EQ(les::test::run_les(base + " --no-mmap --mem 60M", &err), 1);
+  EXPECT_NE(err.find("--no-mmap applies to a fully resident model"), std::string::npos) << err;
+}
