@@ -1,6 +1,9 @@
 // A fully resident model mapped from its file or read into memory (huge pages): the automatic
 // choice, the names, and bit-identical logits either way (original and packed files).
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -123,4 +126,60 @@ TEST(ResidentMemory, RunFlagsChooseTheModeAndGiveTheSameLogits) {
   EXPECT_NE(err.find("--mmap and --no-mmap exclude each other"), std::string::npos) << err;
   EXPECT_EQ(les::test::run_les(base + " --no-mmap --mem 60M", &err), 1);
   EXPECT_NE(err.find("--no-mmap applies to a fully resident model"), std::string::npos) << err;
+}
+
+namespace {
+
+// A fake cgroup file system under a temporary directory (removed at scope exit).
+struct FakeCgroupRoot {
+  std::filesystem::path root = std::filesystem::path(les::test::temp_dir()) / "cgroup";
+  FakeCgroupRoot() { std::filesystem::create_directories(root); }
+  ~FakeCgroupRoot() {
+    std::error_code ec;
+    std::filesystem::remove_all(root.parent_path(), ec);
+  }
+  void put(const std::string& rel, const std::string& text) const {
+    const std::filesystem::path p = root / rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+};
+
+}  // namespace
+
+TEST(ResidentMemory, CgroupV2LimitIsTheSmallestHeadroomUpTheTree) {
+  FakeCgroupRoot fs;
+  fs.put("memory.max", "max\n");
+  fs.put("a/memory.max", "4294967296\n");
+  fs.put("a/memory.current", "1073741824\n");
+  fs.put("a/memory.stat", "anon 1\nfile 600000000\ninactive_file 536870912\n");
+  fs.put("a/b/memory.max", "max\n");
+  fs.put("a/b/memory.current", "900\n");
+  const std::string root = fs.root.string();
+  // 4 GiB - (1 GiB - 0.5 GiB of inactive page cache) at /a; /a/b and the root have no limit.
+  EXPECT_EQ(cgroup_memory_headroom_bytes("0::/a/b\n", root), 4294967296ull - 536870912ull);
+  EXPECT_EQ(cgroup_memory_headroom_bytes("0::/\n", root), UINT64_MAX);
+  fs.put("a/b/memory.max", "1000\n");  // a tighter limit below
+  EXPECT_EQ(cgroup_memory_headroom_bytes("0::/a/b\n", root), 100u);
+  fs.put("a/b/memory.current", "5000\n");  // over the limit: nothing left, no underflow
+  EXPECT_EQ(cgroup_memory_headroom_bytes("0::/a/b\n", root), 0u);
+}
+
+TEST(ResidentMemory, CgroupV1MemoryControllerAndUnreadableFiles) {
+  FakeCgroupRoot fs;
+  fs.put("memory/memory.limit_in_bytes", "9223372036854771712\n");  // unlimited
+  fs.put("memory/memory.usage_in_bytes", "123\n");
+  fs.put("memory/x/memory.limit_in_bytes", "2147483648\n");
+  fs.put("memory/x/memory.usage_in_bytes", "1073741824\n");
+  fs.put("memory/x/memory.stat", "cache 5\ntotal_inactive_file 0\n");
+  const std::string root = fs.root.string();
+  EXPECT_EQ(cgroup_memory_headroom_bytes("9:name=systemd:/\n5:cpu,memory:/x\n0::/\n", root), 1073741824u);
+  EXPECT_EQ(cgroup_memory_headroom_bytes("4:memory:/\n", root), UINT64_MAX);
+  EXPECT_EQ(cgroup_memory_headroom_bytes("4:memory:/missing/dir\n", root), UINT64_MAX);
+  EXPECT_EQ(cgroup_memory_headroom_bytes("", root), UINT64_MAX);
+  EXPECT_EQ(cgroup_memory_headroom_bytes("garbage without colons", root), UINT64_MAX);
+  fs.put("memory/x/memory.limit_in_bytes", "not a number\n");
+  EXPECT_EQ(cgroup_memory_headroom_bytes("4:memory:/x\n", root), UINT64_MAX);
+  // What the process can count on never exceeds MemAvailable.
+  EXPECT_LE(memory_available_to_process(), mem_available_bytes());
 }

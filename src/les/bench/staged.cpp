@@ -386,7 +386,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     p.mem = rep.mem;
     switch (r.kind) {
       case RowKind::resident: {
-        const uint64_t avail = mem_available_bytes();
+        const uint64_t avail = memory_available_to_process();
         if (orig.file_bytes <= rep.mem) {
           r.note = "fits the budget";
         } else if (orig.file_bytes * 2 <= avail) {
@@ -472,7 +472,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       p.kind = RowKind::mixed;
       p.file = o.mixed;
       p.resident = true;
-      p.resident_memory = choose_resident_memory(std::filesystem::file_size(o.mixed), mem_available_bytes(),
+      p.resident_memory = choose_resident_memory(std::filesystem::file_size(o.mixed), memory_available_to_process(),
                                                  transparent_huge_pages_usable());
       add_slot(i, p, false, 1);
       slots.back().reference = true;

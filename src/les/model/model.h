@@ -24,7 +24,8 @@ namespace les {
 //   read: the whole file is read (direct I/O where the file system allows it, 4 readers) into
 //     anonymous memory on transparent huge pages that the model owns. Costs the read at load and
 //     the model's size in process memory that the kernel cannot reclaim.
-//   automatic: read when the file fits in available memory with a margin (resident_fits) and the
+//   automatic: read when the file fits with a margin (resident_fits) in the memory available to
+//     the process (MemAvailable, and the memory cgroup's headroom: a container's limit) and the
 //     kernel grants huge pages; map otherwise (a model larger than memory still runs, paging).
 enum class ResidentMemory { automatic, map, read };
 

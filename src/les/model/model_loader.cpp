@@ -475,7 +475,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   if (opt.map_experts) {
     ResidentMemory how = opt.resident;
     if (how == ResidentMemory::automatic) {
-      how = choose_resident_memory(m->gguf_.file_size, mem_available_bytes(), transparent_huge_pages_usable());
+      how = choose_resident_memory(m->gguf_.file_size, memory_available_to_process(), transparent_huge_pages_usable());
     }
     if (how == ResidentMemory::read) {
       const double t0 = now_s();
