@@ -157,7 +157,10 @@ TEST(CorruptModel, TruncationAtEveryTensorBoundary) {
     if (c >= bytes.size()) continue;
     les::test::write_file_bytes(out, bytes.data(), static_cast<size_t>(c));
     const std::string ctx = "cut at " + std::to_string(c);
-    for (const auto& [mode, lo] : les::test::every_load_mode()) {
+    for (const auto& load_mode : les::test::every_load_mode()) {
+      // (no structured binding: clang 14 cannot capture one in a lambda)
+      const std::string& mode = load_mode.first;
+      const LoadOptions& lo = load_mode.second;
       const std::string msg = error_of([&] { Model::load(out, lo); });
       ASSERT_FALSE(msg.empty()) << ctx << " accepted (" << mode << ")";
       const bool says = msg.find("truncated") != std::string::npos || msg.find("past the end") != std::string::npos ||
@@ -338,10 +341,13 @@ TEST(CorruptModel, NonFiniteNormIsRefusedAtLoad) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::memcpy(data + 5 * sizeof(float), &nan, sizeof(float));
   });
-  for (const auto& [mode, lo] : les::test::every_load_mode()) {
+  for (const auto& load_mode : les::test::every_load_mode()) {
+    // (no structured binding: clang 14 cannot capture one in a lambda)
+    const std::string& mode = load_mode.first;
+    const LoadOptions& lo = load_mode.second;
     const std::string msg = error_of([&] { Model::load(bad, lo); });
     for (const char* w : {"tensor 'blk.1.ffn_norm.weight'", "element 5 is NaN"}) {
-      EXPECT_NE(msg.find(w), std::string::npos) << msg;
+      EXPECT_NE(msg.find(w), std::string::npos) << mode << ": " << msg;
     }
   }
 }
