@@ -18,6 +18,7 @@
 #include "les/sched/streaming_experts.h"
 #include "les/spec/spec_report.h"
 #include "les/util/error.h"
+#include "les/util/meminfo.h"
 #include "les/util/hash.h"
 #include "les/util/clock.h"
 
@@ -63,6 +64,7 @@ int cmd_run(int argc, char** argv) {
 
   // --stats prints the decode ceiling, which needs the device probe (cached per device).
   if (streaming && a.has("--stats")) eo.probe_io = true;
+  const ResidentMemory asked = eo.resident;
   Engine engine(std::move(eo));
   if (streaming) {
     std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
@@ -72,7 +74,15 @@ int cmd_run(int argc, char** argv) {
     if (m.resident_memory() == ResidentMemory::read) {
       std::fprintf(stderr, "model: %.2f GiB read into memory (huge pages) in %.2f s\n", gib, m.resident_read_seconds());
     } else {
-      std::fprintf(stderr, "model: %.2f GiB mapped from the file (page cache)\n", gib);
+      // Why mapped: asked for, or the automatic choice's reason (model.h, choose_resident_memory).
+      std::string why = "--mmap";
+      if (asked != ResidentMemory::map) {
+        why = !transparent_huge_pages_usable()
+                  ? "no transparent huge pages in this kernel"
+                  : strfmt("%.2f GiB available: too little to read it with its margin",
+                           static_cast<double>(memory_available_to_process()) / (1u << 30));
+      }
+      std::fprintf(stderr, "model: %.2f GiB mapped from the file (page cache; %s)\n", gib, why.c_str());
     }
   }
   StreamingExperts* experts = engine.experts();
