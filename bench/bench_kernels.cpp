@@ -39,6 +39,7 @@
 #include "les/quant/blocks.h"
 #include "les/quant/kernels.h"
 #include "les/quant/types.h"
+#include "les/storage/io.h"
 #include "les/util/fp16.h"
 #include "les/util/thread_pool.h"
 
@@ -249,31 +250,6 @@ __attribute__((target("avx2"))) uint64_t read_bytes(const uint8_t* p, size_t n) 
   return static_cast<uint64_t>(_mm256_extract_epi64(acc0, 0) + _mm256_extract_epi64(acc0, 3));
 }
 
-// An anonymous buffer on a 2 MiB boundary with transparent huge pages asked for (madvise) or
-// refused (4 KiB pages whatever the system's THP mode).
-class PageBuffer {
- public:
-  PageBuffer(size_t size, bool huge) : span_(size + kHuge) {
-    map_ = ::mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED) {
-      std::perror("mmap");
-      std::exit(1);
-    }
-    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge);
-    ::madvise(data_, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  }
-  ~PageBuffer() { ::munmap(map_, span_); }
-  PageBuffer(const PageBuffer&) = delete;
-  PageBuffer& operator=(const PageBuffer&) = delete;
-  uint8_t* data() { return data_; }
-
- private:
-  static constexpr size_t kHuge = size_t{2} << 20;
-  size_t span_;
-  void* map_;
-  uint8_t* data_;
-};
-
 void run_decode(const Options& o) {
   ThreadPool pool(o.threads);
   const std::vector<Isa> isas = supported_isas();
@@ -289,7 +265,10 @@ void run_decode(const Options& o) {
     const size_t mat_b = row_b * static_cast<size_t>(o.rows);
     const size_t n_mat = std::max<size_t>(1, static_cast<size_t>(o.mb * 1e6) / mat_b);
     const size_t total = n_mat * mat_b;
-    PageBuffer w(total, huge);
+    // storage::AlignedBuffer: from 32 MiB an anonymous mapping on a 2 MiB boundary with huge
+    // pages asked for, as the engine's; refused here, before the first touch, for 4 KiB pages.
+    storage::AlignedBuffer w(total);
+    if (!huge) ::madvise(w.data(), w.capacity(), MADV_NOHUGEPAGE);
     pool.parallel_for(static_cast<int64_t>(n_mat), 1, [&](int, int64_t b, int64_t e) {
       std::mt19937_64 r(static_cast<uint64_t>(b) * 7919 + 1);
       for (int64_t m = b; m < e; ++m) fill_weights(r, t, w.data() + static_cast<size_t>(m) * mat_b, mat_b, o.rows * o.cols);

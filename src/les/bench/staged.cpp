@@ -400,7 +400,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         p.file = o.model;
         p.resident = true;
         // Read into huge pages where it fits with its margin (as les run does by default).
-        p.resident_memory = choose_resident_memory(orig.file_bytes, avail, transparent_huge_pages_usable());
+        p.resident_memory = choose_resident_memory(orig.file_bytes);
         r.how = p.resident_memory == ResidentMemory::read ? "read into memory (huge pages)" : "mapped, in page cache";
         break;
       }
@@ -472,8 +472,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       p.kind = RowKind::mixed;
       p.file = o.mixed;
       p.resident = true;
-      p.resident_memory = choose_resident_memory(std::filesystem::file_size(o.mixed), memory_available_to_process(),
-                                                 transparent_huge_pages_usable());
+      p.resident_memory = choose_resident_memory(std::filesystem::file_size(o.mixed));
       add_slot(i, p, false, 1);
       slots.back().reference = true;
       slots.back().label = "+mixed precision (resident, compute reference)";

@@ -33,7 +33,7 @@ class ChatTemplate;
 struct EngineOptions {
   std::string model_path;
   // Hard memory budget in bytes: dense weights resident, experts streamed through a cache sized by
-  // plan_budget. 0: the whole model mapped in memory (experts resident).
+  // plan_budget. 0: the whole model resident (read or mapped, as `resident` says).
   uint64_t mem = 0;
   // Without mem: whether the model file is mapped or read into huge pages (model.h).
   ResidentMemory resident = ResidentMemory::automatic;

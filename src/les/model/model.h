@@ -19,7 +19,7 @@ namespace les {
 // How a fully resident model's file becomes memory.
 //   map: the file is memory-mapped. Nothing is read up front and the pages are the page cache's
 //     (shared with other processes, reclaimable), but they are mostly 4 KiB pages: a decoded token
-//     walks the whole model, and its products then spend much of their time on TLB misses (1.6x
+//     walks the whole model, and its products then spend much of their time on TLB misses (1.6-1.8x
 //     slower decoding on the 30B-A3B shape, docs/benchmarks.md).
 //   read: the whole file is read (direct I/O where the file system allows it, 4 readers) into
 //     anonymous memory on transparent huge pages that the model owns. Costs the read at load and
@@ -34,6 +34,8 @@ enum class ResidentMemory { automatic, map, read };
 bool resident_fits(uint64_t file_bytes, uint64_t available_bytes);
 // The choice of ResidentMemory::automatic for a file of `file_bytes` (read or map).
 ResidentMemory choose_resident_memory(uint64_t file_bytes, uint64_t available_bytes, bool huge_pages);
+// The same with this machine's memory_available_to_process() and THP mode (util/meminfo.h).
+ResidentMemory choose_resident_memory(uint64_t file_bytes);
 // "map", "read", "automatic"; parse_resident_memory throws les::Error for any other name.
 const char* resident_memory_name(ResidentMemory m);
 ResidentMemory parse_resident_memory(const std::string& name);
@@ -62,7 +64,7 @@ class Model {
   uint64_t dense_bytes() const { return dense_bytes_; }
   uint64_t expert_bytes() const { return expert_bytes_; }
   // Resident mode: how the file became memory (map or read; never automatic). Streaming mode: map.
-  ResidentMemory resident_memory() const { return resident_; }
+  ResidentMemory resident_memory() const { return image_.data() ? ResidentMemory::read : ResidentMemory::map; }
   // Resident mode with read: seconds the read took (0 otherwise).
   double resident_read_seconds() const { return read_seconds_; }
   // Bytes of one routed expert (gate + up + down) of a layer (padding of a packed row excluded).
@@ -90,10 +92,9 @@ class Model {
   ModelWeights w_;
   std::optional<pack::PackInfo> pack_;
   // Resident mode: the file's bytes from offset 0 (mapped or read); nullptr in streaming mode.
-  const uint8_t* file_image() const { return resident_ == ResidentMemory::read ? image_.data() : file_.data(); }
+  const uint8_t* file_image() const { return image_.data() ? image_.data() : file_.data(); }
   MappedFile file_;                 // resident mode, map
   storage::AlignedBuffer image_;    // resident mode, read: the whole file, from offset 0
-  ResidentMemory resident_ = ResidentMemory::map;
   double read_seconds_ = 0;
   storage::AlignedBuffer dense_arena_;  // streaming mode: dense tensors, each at a 4 KiB boundary + its block offset
   std::vector<std::vector<float>> owned_;  // F32 conversions of non-F32 norm/bias tensors

@@ -17,7 +17,6 @@
 #include "les/util/error.h"
 #include "les/util/fp16.h"
 #include "les/util/clock.h"
-#include "les/util/meminfo.h"
 #include "les/util/progress.h"
 
 namespace les {
@@ -475,7 +474,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   if (opt.map_experts) {
     ResidentMemory how = opt.resident;
     if (how == ResidentMemory::automatic) {
-      how = choose_resident_memory(m->gguf_.file_size, memory_available_to_process(), transparent_huge_pages_usable());
+      how = choose_resident_memory(m->gguf_.file_size);
     }
     if (how == ResidentMemory::read) {
       const double t0 = now_s();
@@ -490,7 +489,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
       }
       ld.base = m->file_.data();
     }
-    m->resident_ = how;
   } else {
     read_dense_tensors(path, m->gguf_, m->dense_arena_, ld.arena_offset);
   }

@@ -1,6 +1,7 @@
 // ResidentMemory: how a fully resident model's file becomes memory (model.h).
 #include "les/model/model.h"
 #include "les/util/error.h"
+#include "les/util/meminfo.h"
 
 namespace les {
 
@@ -11,6 +12,10 @@ bool resident_fits(uint64_t file_bytes, uint64_t available_bytes) {
 
 ResidentMemory choose_resident_memory(uint64_t file_bytes, uint64_t available_bytes, bool huge_pages) {
   return huge_pages && resident_fits(file_bytes, available_bytes) ? ResidentMemory::read : ResidentMemory::map;
+}
+
+ResidentMemory choose_resident_memory(uint64_t file_bytes) {
+  return choose_resident_memory(file_bytes, memory_available_to_process(), transparent_huge_pages_usable());
 }
 
 const char* resident_memory_name(ResidentMemory m) {
