@@ -24,7 +24,11 @@ namespace {
 // - dpbusd (any u): u = (u & 0x80) + (u & 0x7f); each part by vpmaddubsw is exact (the high part's
 //   pairs are 128 * (s0 + s1) in [-32768, 32512]), each widened by vpmaddwd by 1 and added.
 struct DpAvx2 {
-  static __m256i dpwssd(__m256i acc, __m256i x, __m256i y) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, y)); }
+  static __m256i dpwssd(__m256i acc, __m256i x, __m256i y) {
+    __m256i r = _mm256_add_epi32(acc, _mm256_madd_epi16(x, y));
+    asm("" : "+x"(r));
+    return r;
+  }
   static __m256i dpbusd_u7(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
   }
