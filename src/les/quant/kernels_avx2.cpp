@@ -551,10 +551,36 @@ inline void block_sums(const TilePtrs<R, C>& t, size_t wo, size_t ao, int k, con
   }
 }
 
+// group4 for one weight row and several activation rows, one activation row at a time: the 4
+// weight blocks decoded once, then each activation row's 4 products folded before the next row's
+// (block by block for every row at once kept 3 x C partial sums and C prepared activations live:
+// with C = 4, more than the 16 ymm registers). The same vphaddd tree, so the same integers.
+template <class K, size_t AB, int C>
+inline void group4_columns(const TilePtrs<1, C>& t, size_t wo, size_t ao, const bool (&exact)[C],
+                           __m256i (&s)[1][C]) {
+  typename K::Wv wv[4];
+  for (int k = 0; k < 4; ++k) wv[k] = K::decode(t.w[0] + wo + k * K::WB);
+  for (int c = 0; c < C; ++c) {
+    __m256i p[4];
+    for (int k = 0; k < 4; ++k) {
+      p[k] = K::dot(wv[k], K::Av::prep(t.a[c] + ao + k * AB));
+      if constexpr (K::kProbe) {
+        if (exact[c]) [[unlikely]] p[k] = K::exact(t.w[0] + wo + k * K::WB, t.a[c] + ao + k * AB);
+      }
+    }
+    s[0][c] = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    asm("" : "+x"(s[0][c]));  // this row's sums are done before the next row's products start
+  }
+}
+
 // s[r][c] = the folded partial sums of the 4 blocks from block offsets wo / ao, by the vphaddd
 // tree of the vec_dot: (b0, b1), (b2, b3), then the two.
 template <class K, size_t AB, int R, int C>
 inline void group4(const TilePtrs<R, C>& t, size_t wo, size_t ao, const bool (&exact)[C], __m256i (&s)[R][C]) {
+  if constexpr (R == 1 && C > 1) {
+    group4_columns<K, AB>(t, wo, ao, exact, s);
+    return;
+  }
   __m256i p0[R][C], p1[R][C], h01[R][C];
   block_sums<K, AB>(t, wo, ao, 0, exact, p0);
   block_sums<K, AB>(t, wo, ao, 1, exact, p1);
