@@ -390,11 +390,10 @@ float vec_dot_q2_K(int64_t n, const void* vw, const void* va) {
 // exactly the instructions and float order of the 1 x 1 tile, which is the vec_dot, so the gemm
 // equals vec_dot bit for bit. What a tile shares: the decoding of a weight block (across its
 // activation rows), an activation block's loads and offset terms and its scale (across its rows).
-// Matrix-vector products use 4 x 1 tiles, batches 1 x 4. The gemm is registered where the
-// tiles beat vec_dot per output (bench_kernels, docs/kernels.md): Q4_0, Q4_1, Q5_1 and IQ4_NL.
-// Q5_0 measured even and Q8_0 (one load and one vpabsb to decode: little to share) slower
-// (0.86x batched with 2 x 2 tiles, 0.7x with 1 x 4, 0.94x matrix-vector with 4 x 1); their
-// products stay with vec_dot, which is the 1 x 1 tile either way.
+// Matrix-vector products use 4 x 1 tiles, batches 1 x 4 (group4_columns: one activation row's
+// products at a time). The gemm is registered where the tiles beat vec_dot per output
+// (bench_kernels, docs/kernels.md): Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL everywhere, Q8_0 on AMD
+// CPUs (fill_kernel_table_avx2); elsewhere a product is vec_dot, the 1 x 1 tile, either way.
 //
 // Blocks go in groups of four: the four blocks' int32x8 partial sums are folded by three vphaddd
 // into one vector [b0 b1 b2 b3 | b0 b1 b2 b3] (each lane half of one block's sum), converted once
