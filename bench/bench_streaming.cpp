@@ -10,7 +10,8 @@
 // A configuration is a schedule name optionally followed by /key=value overrides of the shared
 // options: io (uring|pread|naive), file (packed: the --packed file, same budget; alt: the --alt file,
 // another model of the same shape, e.g. quantized otherwise: its logits are not compared), extra (predict-extra), budget (prefetch-budget), inflight (prefetch bytes in flight),
-// qd (queue depth), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
+// qd (queue depth), chunk (read shaping: an expert's extent in aligned reads of at most this size,
+// as --read-chunk; whole: unchunked), policy, refine (on|off), cancel (refine-cancel on|off), ahead2 (measure
 // the two-layers-ahead guess on|off), prefetch2 (prefetch it too, on|off), throttle (on|off),
 // ahead2busy (the two-ahead prefetch's disk-busy limit), tf (throttle on with this factor), oracle (1..n_layer-1: replay a recorded routing as a perfect
 // guess this many layers ahead; the bound any predictor could reach with this pipeline).
@@ -249,6 +250,7 @@ int main(int argc, char** argv) {
         else if (k == "budget") o.prefetch_budget = std::stod(v);
         else if (k == "inflight") o.prefetch_inflight = parse_mem(v);
         else if (k == "qd") o.queue_depth = std::stoi(v);
+        else if (k == "chunk") o.read_chunk = v == "whole" ? 0 : parse_mem(v);
         else if (k == "policy") o.policy = v;
         else if (k == "io") o.io_mode = storage::parse_io_mode(v);
         else if (k == "file" && v == "packed") {
