@@ -221,6 +221,63 @@ TEST(MixedQuantize, HitsTheSizeTargetAndStoresTheRecipe) {
   EXPECT_NE(logits_hash(*m, std::vector<int32_t>(mo.calib_tokens.begin(), mo.calib_tokens.begin() + 64)), 0u);
 }
 
+// The hybrid qwen35moe stack (Gated DeltaNet and gated attention layers, shared experts, an MTP
+// block): every group's sensitivity is measured by replacing its tensors in the model, so a group
+// holding a tensor the model reads as floats (the DeltaNet convolution taps, 4 x channels) failed
+// the whole conversion ("not a weight matrix of the model").
+TEST(MixedQuantize, HybridQwen35MoeModel) {
+  ScopedDir d;
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.n_layer = 4;
+  s.full_attn_interval = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_rot = 16;
+  s.ssm_d_state = 64;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 256;
+  s.n_vocab = 512;
+  s.n_mtp = 1;
+  s.type = "f16";
+  const std::string in = d.file("in.gguf");
+  synth::write_synth_model(s, in);
+  const gguf::File f = gguf::read_file(in);
+  bool conv_seen = false;
+  for (const auto& t : f.tensors) conv_seen |= t.name.find("ssm_conv1d") != std::string::npos;
+  ASSERT_TRUE(conv_seen) << "the model has DeltaNet layers";
+  for (const auto& g : mixed::tensor_groups(f)) {
+    for (const auto& t : g.tensors) {
+      EXPECT_EQ(t.name.find("ssm_conv1d"), std::string::npos) << g.id();
+      EXPECT_EQ(t.name.find("_norm.weight"), std::string::npos) << g.id();
+    }
+  }
+  mixed::MixedOptions mo;
+  mo.calib_tokens = calib_tokens(64, 512, 9);
+  mo.sensitivity.n_ctx = 32;
+  mo.sensitivity.n_windows = 1;
+  mo.sensitivity.n_threads = 2;
+  mo.target_bytes = f.file_size * 45 / 100;
+  const mixed::MixedRecipe r = mixed::plan_mixed(in, mo);
+  EXPECT_LE(r.predicted_bytes, mo.target_bytes);
+  const std::string out = d.file("out.gguf");
+  quantize_model(in, out, mixed::plan_from_recipe(r, f, 2));
+  const gguf::File o = gguf::read_file(out);
+  EXPECT_LE(o.file_size, mo.target_bytes);
+  for (const auto& t : o.tensors) {
+    if (t.name.find("ssm_conv1d") != std::string::npos) {
+      EXPECT_EQ(t.type, Type::F32) << t.name;
+    }
+  }
+  auto m = Model::load(out);
+  EXPECT_NE(logits_hash(*m, std::vector<int32_t>(mo.calib_tokens.begin(), mo.calib_tokens.begin() + 32)), 0u);
+}
+
 TEST(MixedQuantize, BadTargetsAreClearErrorsAndWriteNothing) {
   ScopedDir d;
   const std::string in = k_quant_synth(d, "in.gguf");

@@ -51,6 +51,13 @@ std::pair<std::string, bool> kind_of(const std::string& rest) {
   return {k, false};
 }
 
+// 2-D tensors that the model reads as plain floats, never through a matrix product, so they keep
+// their type (as llama.cpp's quantizer leaves them): a DeltaNet layer's convolution taps
+// ([d_conv x channels]) and norm weights.
+bool read_as_floats(const std::string& rest) {
+  return rest == "ssm_conv1d.weight" || ends_with(rest, "_norm.weight");
+}
+
 }  // namespace
 
 std::string TensorGroup::id() const {
@@ -126,6 +133,7 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
     } else {
       rest = t.name;
     }
+    if (read_as_floats(rest)) continue;
     auto [kind, experts] = kind_of(rest);
     if (layer < 0) kind = rest.substr(0, rest.size() - 7);  // "token_embd", "output", ...
     TensorGroup g;

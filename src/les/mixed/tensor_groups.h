@@ -1,7 +1,8 @@
 // Tensor groups of mixed-precision allocation: every weight matrix of a model belongs to exactly
 // one group (a layer's attention q, k, v or output, its router, shared expert, expert gate+up,
 // expert down, DeltaNet projections; the embeddings; the output head), and a group takes one
-// tensor type. Vectors (norms, biases) are never in a group and keep their type.
+// tensor type. Vectors (norms, biases) and the 2-D tensors read as floats (DeltaNet convolution
+// taps, norm weights) are never in a group and keep their type.
 #pragma once
 
 #include <cstdint>
