@@ -161,6 +161,33 @@ TEST(SpecDepth, SwitchesOffWhereVerificationIsTooDearAndOnWhereItIsCheap) {
   EXPECT_LE(on.first, 5) << "only the plain-step probes (one in 24 rounds)";
 }
 
+TEST(SpecDepth, ExploresTheShallowestDepthFirst) {
+  // Where each extra position costs a whole step (experts streamed at a small cache share), the
+  // first speculative round is k = 1, and a full-depth round (7 positions: 7 steps' reads) never
+  // comes before the probes; where extra positions are cheap, the full depth follows at once.
+  auto first_rounds = [](double cost_per_extra, int n) {
+    DepthParams dp;
+    dp.k_max = 6;
+    DepthController c(dp);
+    std::vector<int> chosen;
+    for (int round = 0; round < n; ++round) {
+      const int k = c.choose();
+      chosen.push_back(k);
+      c.record_draft(k, 0.0);
+      c.record_verify(k + 1, 1.0 + cost_per_extra * k);
+      c.record_round(k, k > 0 ? 1 : 0);  // the first draft token is accepted, no more
+    }
+    return chosen;
+  };
+  const std::vector<int> dear = first_rounds(1.0, 20);
+  EXPECT_EQ(dear[0], 0) << "a plain step is measured first";
+  EXPECT_EQ(dear[1], 1);
+  for (size_t i = 2; i < dear.size(); ++i) EXPECT_EQ(dear[i], 0) << "round " << i;
+  const std::vector<int> cheap = first_rounds(0.02, 4);
+  EXPECT_EQ(cheap[1], 1);
+  EXPECT_EQ(cheap[2], 6);
+}
+
 TEST(SpecDepth, ConfidenceTrimsABlock) {
   DepthParams dp;
   dp.k_max = 6;
@@ -470,7 +497,8 @@ TEST(SpecRelease, ControllerGivesUpAfterLostProbes) {
     ++rounds;
   }
   ASSERT_TRUE(c.gave_up());
-  // The first full-depth round, then probes at intervals 24, 48, 96; the 4th lost probe gives up.
+  // The first speculative round (k = 1), then probes at intervals 24, 48, 96; the 4th lost probe
+  // gives up.
   EXPECT_EQ(probes, 4);
   EXPECT_GT(rounds, 24 + 48 + 96);
   EXPECT_LT(rounds, 24 + 48 + 96 + 192 + 10);

@@ -69,13 +69,23 @@ int DepthController::choose(const std::vector<float>* confidence) {
   if (!p_.adaptive) return p_.k_max;
   if (t_verify_[1] < 0) return 0;  // measure a plain step first: everything is compared with it
   const double t1 = t_verify_[1];
-  // One full-depth round measures the acceptance of every position and the dearest verification;
-  // depths between are interpolated until they are measured themselves.
-  if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0) return p_.k_max;
   // Speculation must beat a plain step by a margin: the estimates are noisy, and a depth that
   // only ties costs memory traffic and drafting for nothing.
+  const double plain_rate = p_.margin * (1.0 + memory_cost_) / t1;
+  // The shallowest depth is measured first. Where experts stream, a round of k_max + 1 positions
+  // reads the union of their experts (several steps' reads), so a first full-depth round is
+  // dear exactly where speculation does not pay; and where the shallowest depth does not pay,
+  // deeper ones (extrapolated from it) are left to the probes.
+  const int k_first = std::max(p_.k_min, 1);
+  if (t_verify_[static_cast<size_t>(k_first) + 1] < 0) return k_first;
+  // Once it pays, one full-depth round measures the acceptance of every position and the
+  // dearest verification; depths between are interpolated until they are measured themselves.
+  if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0 &&
+      expected_tokens(k_first, confidence) / (draft_seconds(k_first) + verify_seconds(k_first + 1)) > plain_rate) {
+    return p_.k_max;
+  }
   int best = 0, second = -1;
-  double best_rate = p_.margin * (1.0 + memory_cost_) / t1, second_rate = -1;
+  double best_rate = plain_rate, second_rate = -1;
   for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
     const double tv = verify_seconds(k + 1);
     const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);
