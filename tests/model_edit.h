@@ -59,6 +59,30 @@ inline std::string small_synth_model(const ScopedDir& d, const std::string& name
   return p;
 }
 
+// A small qwen35moe spec whose rows are 256 wide everywhere (every K-quant fits): 4 layers (Gated
+// DeltaNet 0 and 2, gated attention 1 and 3), 8 experts of 256 (2 used), a shared expert.
+inline synth::SynthSpec qwen35_k_quant_spec(const std::string& type) {
+  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
+  s.n_layer = 4;
+  s.full_attn_interval = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.n_rot = 16;
+  s.ssm_d_state = 64;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 256;
+  s.n_vocab = 512;
+  s.type = type;
+  s.seed = 7;
+  return s;
+}
+
 using KvList = std::vector<std::pair<std::string, gguf::Value>>;
 // Edits a tensor's bytes in place: (name, type, data, n_bytes).
 using TensorEdit = std::function<void(const std::string&, Type, uint8_t*, uint64_t)>;

@@ -227,24 +227,8 @@ TEST(MixedQuantize, HitsTheSizeTargetAndStoresTheRecipe) {
 // the whole conversion ("not a weight matrix of the model").
 TEST(MixedQuantize, HybridQwen35MoeModel) {
   ScopedDir d;
-  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
-  s.n_layer = 4;
-  s.full_attn_interval = 2;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 64;
-  s.n_rot = 16;
-  s.ssm_d_state = 64;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
-  s.n_expert = 8;
-  s.n_expert_used = 2;
-  s.n_ff_exp = 256;
-  s.n_ff_shexp = 256;
-  s.n_vocab = 512;
+  synth::SynthSpec s = qwen35_k_quant_spec("f16");
   s.n_mtp = 1;
-  s.type = "f16";
   const std::string in = d.file("in.gguf");
   synth::write_synth_model(s, in);
   const gguf::File f = gguf::read_file(in);

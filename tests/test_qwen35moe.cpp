@@ -22,6 +22,7 @@
 #include "les/util/mapped_file.h"
 #include "greedy_hashes.h"
 #include "llamacpp_ref.h"
+#include "model_edit.h"
 #include "test_util.h"
 
 using namespace les;
@@ -40,27 +41,7 @@ synth::SynthSpec tiny_spec(const std::string& type = "f32") {
 }
 
 // Rows of 256 everywhere so that every K-quant is really used.
-synth::SynthSpec quant_spec(const std::string& type) {
-  synth::SynthSpec s = synth::shape_spec("qwen35-tiny");
-  s.n_layer = 4;
-  s.full_attn_interval = 2;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 64;
-  s.n_rot = 16;
-  s.ssm_d_state = 64;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
-  s.n_expert = 8;
-  s.n_expert_used = 2;
-  s.n_ff_exp = 256;
-  s.n_ff_shexp = 256;
-  s.n_vocab = 512;
-  s.type = type;
-  s.seed = 7;
-  return s;
-}
+synth::SynthSpec quant_spec(const std::string& type) { return test::qwen35_k_quant_spec(type); }
 
 std::string write_model(const synth::SynthSpec& s, const std::string& dir, const std::string& name = "model.gguf") {
   const std::string path = dir + "/" + name;
