@@ -120,10 +120,12 @@ bool keeps_type(const std::string& name, const std::vector<int64_t>& ne) {
   while (dims > 1 && ne[dims - 1] == 1) --dims;
   if (dims < 2) return true;
   if (!ends_with(name, "weight")) return true;
-  return contains(name, "_norm.weight") || contains(name, "ffn_gate_inp") || contains(name, "ssm_conv1d");
+  return read_as_floats(name) || contains(name, "ffn_gate_inp");
 }
 
 }  // namespace
+
+bool read_as_floats(const std::string& name) { return contains(name, "_norm.weight") || contains(name, "ssm_conv1d"); }
 
 QuantizePlan parse_quantize_plan(const std::string& name) {
   std::string n = name;

@@ -64,6 +64,11 @@ Type planned_type(const QuantizePlan& plan, const std::string& name, const std::
 // Q5_0, ...), applied until the type fits.
 Type fitting_type(Type t, int64_t row_len);
 
+// Whether a 2-D weight tensor (its name) is read by the model as plain floats, never through a
+// matrix product, so that no conversion touches it (as llama.cpp's quantizer leaves them): a
+// DeltaNet layer's convolution taps ([d_conv x channels]) and norm weights.
+bool read_as_floats(const std::string& name);
+
 // Importance of each input column for quantizing matrix `expert` (0 for 2-D tensors) of `tensor`:
 // [row length] non-negative floats, or nullptr for none. scratch may hold the result.
 using ImportanceFn = std::function<const float*(const std::string& tensor, int expert, std::vector<float>& scratch)>;

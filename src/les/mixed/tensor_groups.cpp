@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "les/convert/quantize_model.h"
 #include "les/util/error.h"
 
 namespace les::mixed {
@@ -49,13 +50,6 @@ std::pair<std::string, bool> kind_of(const std::string& rest) {
   std::string k = rest;
   if (ends_with(k, ".weight")) k.resize(k.size() - 7);
   return {k, false};
-}
-
-// 2-D tensors that the model reads as plain floats, never through a matrix product, so they keep
-// their type (as llama.cpp's quantizer leaves them): a DeltaNet layer's convolution taps
-// ([d_conv x channels]) and norm weights.
-bool read_as_floats(const std::string& rest) {
-  return rest == "ssm_conv1d.weight" || ends_with(rest, "_norm.weight");
 }
 
 }  // namespace
@@ -133,7 +127,7 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
     } else {
       rest = t.name;
     }
-    if (read_as_floats(rest)) continue;
+    if (read_as_floats(t.name)) continue;  // they keep their type
     auto [kind, experts] = kind_of(rest);
     if (layer < 0) kind = rest.substr(0, rest.size() - 7);  // "token_embd", "output", ...
     TensorGroup g;

@@ -62,6 +62,9 @@ double DepthController::estimate(const std::vector<double>& v, int i) const {
 }
 
 double DepthController::verify_seconds(int n) const { return estimate(t_verify_, n); }
+double DepthController::rate(int k, const std::vector<float>* confidence) const {
+  return expected_tokens(k, confidence) / (draft_seconds(k) + verify_seconds(k + 1));
+}
 double DepthController::draft_seconds(int k) const { return std::max(estimate(t_draft_, k), 0.0); }
 
 int DepthController::choose(const std::vector<float>* confidence) {
@@ -80,23 +83,19 @@ int DepthController::choose(const std::vector<float>* confidence) {
   if (t_verify_[static_cast<size_t>(k_first) + 1] < 0) return k_first;
   // Once it pays, one full-depth round measures the acceptance of every position and the
   // dearest verification; depths between are interpolated until they are measured themselves.
-  if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0 &&
-      expected_tokens(k_first, confidence) / (draft_seconds(k_first) + verify_seconds(k_first + 1)) > plain_rate) {
-    return p_.k_max;
-  }
+  if (t_verify_[static_cast<size_t>(p_.k_max) + 1] < 0 && rate(k_first, confidence) > plain_rate) return p_.k_max;
   int best = 0, second = -1;
   double best_rate = plain_rate, second_rate = -1;
   for (int k = std::max(p_.k_min, 1); k <= p_.k_max; ++k) {
-    const double tv = verify_seconds(k + 1);
-    const double rate = expected_tokens(k, confidence) / (draft_seconds(k) + tv);
-    if (rate > best_rate) {
+    const double r = rate(k, confidence);
+    if (r > best_rate) {
       second = best;
       second_rate = best_rate;
-      best_rate = rate;
+      best_rate = r;
       best = k;
-    } else if (rate > second_rate) {
+    } else if (r > second_rate) {
       second = k;
-      second_rate = rate;
+      second_rate = r;
     }
   }
   // Every probe_every rounds a plain step (or, when it wins, the runner-up) runs once, so that the estimates of the choice not

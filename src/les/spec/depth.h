@@ -58,6 +58,7 @@ class DepthController {
   double expected_tokens(int k, const std::vector<float>* confidence = nullptr) const;
   double verify_seconds(int n) const;         // estimate of t_verify(n)
   double draft_seconds(int k) const;          // estimate of t_draft(k)
+  double rate(int k, const std::vector<float>* confidence = nullptr) const;  // E(k) / (t_draft(k) + t_verify(k + 1))
   const DepthParams& params() const { return p_; }
 
  private:
