@@ -95,6 +95,51 @@ struct P512 {
     return _mm512_mask_add_epi8(v, m, v, _mm512_set1_epi8(static_cast<char>(1 << B)));
   }
   static VI maddubs(VI u, VI y) { return _mm512_maddubs_epi16(u, y); }
+
+  // Scale unpacking of four rows at once (tile_k's prep4): each row's 16 bytes in one 128-bit
+  // lane, the per-row steps of tiles::scales_mins_k4 / tiles::scales_q3k on all four lanes, then
+  // the widening to int16 two rows at a time. The values equal the one-row functions'.
+  static __m512i lanes4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
+    __m512i v = _mm512_castsi128_si512(tiles::ld128(p0));
+    v = _mm512_inserti32x4(v, tiles::ld128(p1), 1);
+    v = _mm512_inserti32x4(v, tiles::ld128(p2), 2);
+    return _mm512_inserti32x4(v, tiles::ld128(p3), 3);
+  }
+  template <bool Signed>
+  static void widen4(__m512i b, __m256i (&out)[4]) {
+    const __m256i b01 = _mm512_castsi512_si256(b), b23 = _mm512_extracti64x4_epi64(b, 1);
+    const __m512i w01 = Signed ? _mm512_cvtepi8_epi16(b01) : _mm512_cvtepu8_epi16(b01);
+    const __m512i w23 = Signed ? _mm512_cvtepi8_epi16(b23) : _mm512_cvtepu8_epi16(b23);
+    out[0] = _mm512_castsi512_si256(w01);
+    out[1] = _mm512_extracti64x4_epi64(w01, 1);
+    out[2] = _mm512_castsi512_si256(w23);
+    out[3] = _mm512_extracti64x4_epi64(w23, 1);
+  }
+  static void scales_mins_k4_x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3,
+                                __m256i (&out)[4]) {
+    const __m512i v = lanes4(p0, p1, p2, p3);
+    const __m512i x = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 1, 2, 0)));
+    const __m512i y = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 1, 0, 0)));
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4))),
+                                        _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)));
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(y, 2), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+    widen4<false>(_mm512_or_si512(lo, hi), out);
+  }
+  static void scales_q3k_x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3,
+                            __m256i (&out)[4]) {
+    const __m512i v = lanes4(p0 - 4, p1 - 4, p2 - 4, p3 - 4);  // scale byte k at lane byte 4 + k
+    const __m512i x = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+    const __m512i y = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15)));
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 4, 4))), _mm512_set1_epi8(0x0f));
+    const __m512i hi = _mm512_and_si512(_mm512_slli_epi32(_mm512_srlv_epi32(y, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 2, 4, 6))), 4),
+                                        _mm512_set1_epi8(0x30));
+    widen4<true>(_mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32)), out);
+  }
+  // -[m0 m0 m1 m1 .. m7 m7] from [.. | m0..m7] (tiles::dup_pairs_high, negated) in one vpermw.
+  static __m256i neg_dup_pairs_high(__m256i s16) {
+    const __m256i idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_permutexvar_epi16(idx, s16));
+  }
   // s[2G] in both int16 halves of int32 lanes 0-7, s[2G+1] in lanes 8-15.
   template <int G>
   static VI scales_32(__m256i s16) {

@@ -215,7 +215,11 @@ inline void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
       prefetch_rows<1>(wr.p[0] + wo + ahead_1<P>(), 0, sizeof(typename W::Block));
     }
     S st[R];
-    for (int r = 0; r < R; ++r) st[r] = W::template prep<P>(wr.p[r] + wo);
+    if constexpr (R == 4 && requires { W::template prep4<P>(wr.p, wo, st); }) {
+      W::template prep4<P>(wr.p, wo, st);  // four rows' scales unpacked in one vector
+    } else {
+      for (int r = 0; r < R; ++r) st[r] = W::template prep<P>(wr.p[r] + wo);
+    }
     VI isum[R][C];
     for (int c = 0; c < C; ++c) {
       const __m256i bsums = ld256(ar.p[c] + ao + kQ8K_bsums);
@@ -272,12 +276,34 @@ struct KQ45 : MulPairs {
     typename P::VF fscale;
   };
   template <class P>
+  static __m256i neg_mins(__m256i s16) {
+    if constexpr (requires { P::neg_dup_pairs_high(s16); }) {
+      return P::neg_dup_pairs_high(s16);
+    } else {
+      return _mm256_sub_epi16(_mm256_setzero_si256(), dup_pairs_high(s16));
+    }
+  }
+  template <class P>
   static State<P> prep(const uint8_t* b) {
     State<P> s;
     s.s16 = scales_mins_k4(b + offsetof(Block, scales));
-    s.mdup = _mm256_sub_epi16(_mm256_setzero_si256(), dup_pairs_high(s.s16));
+    s.mdup = neg_mins<P>(s.s16);
     s.fscale = P::fset_f16pair(b + offsetof(Block, d));
     return s;
+  }
+  // prep() of four rows' blocks at offset o, where the policy unpacks four rows' scales at once
+  // (the same values).
+  template <class P>
+    requires requires(const uint8_t* q, __m256i (&v)[4]) { P::scales_mins_k4_x4(q, q, q, q, v); }
+  static void prep4(const uint8_t* const (&p)[4], size_t o, State<P> (&s)[4]) {
+    constexpr size_t k = offsetof(Block, scales);
+    __m256i s16[4];
+    P::scales_mins_k4_x4(p[0] + o + k, p[1] + o + k, p[2] + o + k, p[3] + o + k, s16);
+    for (int r = 0; r < 4; ++r) {
+      s[r].s16 = s16[r];
+      s[r].mdup = neg_mins<P>(s16[r]);
+      s[r].fscale = P::fset_f16pair(p[r] + o + offsetof(Block, d));
+    }
   }
   template <class P>
   static typename P::VI init(const State<P>&, __m256i) {
@@ -359,6 +385,17 @@ struct KQ3 : MulPairs {
     s.s16 = scales_q3k(b + offsetof(block_q3_K, scales));
     s.fscale = P::fset1(ld_f16(b + offsetof(block_q3_K, d)));
     return s;
+  }
+  template <class P>
+    requires requires(const uint8_t* q, __m256i (&v)[4]) { P::scales_q3k_x4(q, q, q, q, v); }
+  static void prep4(const uint8_t* const (&p)[4], size_t o, State<P> (&s)[4]) {
+    constexpr size_t k = offsetof(block_q3_K, scales);
+    __m256i s16[4];
+    P::scales_q3k_x4(p[0] + o + k, p[1] + o + k, p[2] + o + k, p[3] + o + k, s16);
+    for (int r = 0; r < 4; ++r) {
+      s[r].s16 = s16[r];
+      s[r].fscale = P::fset1(ld_f16(p[r] + o + offsetof(block_q3_K, d)));
+    }
   }
   template <class P>
   static typename P::VI init(const State<P>& s, __m256i bsums) {
