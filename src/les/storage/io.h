@@ -271,6 +271,11 @@ struct IoOptions {
   // read waits behind every op already in the device, so bounding the prefetch bytes there
   // bounds the latency prefetching adds to a demand read (bytes / bandwidth).
   uint64_t prefetch_bytes = 0;
+  // io_uring: reap completions on a thread of their own, which wakes for each one (true), or on
+  // the caller's thread inside poll() and wait() (false: no thread switch per read; the ring is
+  // set up so that completions never interrupt the caller, and the caller's poll() starts the
+  // queued ops that completed reads make room for).
+  bool uring_completion_thread = false;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class QueuedIoEngine : public IoEngine {
   void fail_queued_locked(int err, const std::string& message, bool complete_unstarted);
   // Called under mu_ after submit() and promote(): ops may be startable.
   virtual void kick_locked() = 0;
+  // Under mu_: a completion is ready for poll()/wait(), or nothing is pending.
+  bool done_or_idle_locked() const { return !done_.empty() || pending_.empty(); }
 
   mutable std::mutex mu_;
   IoCounters counters_;  // backends add syscalls/submit_calls/retries/short_reads via finish

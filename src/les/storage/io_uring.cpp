@@ -3,8 +3,16 @@
 // io_uring_submit; a completion thread reaps CQEs, retries short reads/EINTR/EAGAIN with a new
 // SQE for the remainder, and starts queued ops as slots free up.
 //
-// Threads: the SQ is touched only under mu_ (by submit()/promote() on the caller's thread and by
-// the completion thread); the CQ only by the completion thread.
+// Completions are reaped in one of two ways (IoOptions::uring_completion_thread):
+// - on the caller's thread (default): poll() and wait() reap the CQ and start the ops queued
+//   behind the completed ones. The ring is set up with COOP_TASKRUN and TASKRUN_FLAG where the
+//   kernel has them: a read's completion is task work of the thread that submitted it, run when
+//   that thread next enters the kernel (a poll() that finds the TASKRUN flag set, or a wait()),
+//   never by interrupting its computation. No thread wakes per read.
+// - on a completion thread that sleeps in io_uring_wait_cqe and wakes for each completion.
+// Threads: the SQ is touched only under mu_ (by submit()/promote()/poll()/wait() on the caller's
+// thread and by the completion thread); the CQ by one consumer at a time (cq_mu_, or the
+// completion thread alone).
 #include <algorithm>
 #include <cstddef>
 #include <utility>
@@ -33,7 +41,18 @@ class UringEngine final : public QueuedIoEngine {
       : QueuedIoEngine(IoMode::uring, std::move(file), o) {
     unsigned entries = 1;
     while (entries < static_cast<unsigned>(o.queue_depth) + 1) entries <<= 1;
-    const int rc = io_uring_queue_init(entries, &ring_, 0);
+    int rc = -EINVAL;
+    if (!o.uring_completion_thread) {
+      // Kernels before 5.19 refuse these flags: their completions interrupt the submitter.
+      rc = io_uring_queue_init(entries, &ring_, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+      if (rc == 0 && !(ring_.features & IORING_FEAT_EXT_ARG)) {
+        io_uring_queue_exit(&ring_);  // a timed wait would need a timeout SQE: use the thread
+        rc = -EINVAL;
+      } else if (rc == 0) {
+        inline_ = true;
+      }
+    }
+    if (rc < 0) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) {
       throw Error(strfmt("%s: io_uring is not available (io_uring_queue_init: %s; old kernel, "
                          "io_uring disabled, or blocked by seccomp); use --io pread",
@@ -54,7 +73,30 @@ class UringEngine final : public QueuedIoEngine {
     slots_.resize(static_cast<size_t>(o.queue_depth));
     free_.reserve(slots_.size());
     for (size_t i = slots_.size(); i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
-    reaper_ = std::thread([this] { reap(); });
+    if (!inline_) reaper_ = std::thread([this] { reap(); });
+  }
+
+  size_t poll(std::vector<IoCompletion>& out) override {
+    if (inline_) reap_inline(nullptr);
+    return QueuedIoEngine::poll(out);
+  }
+
+  size_t wait(std::vector<IoCompletion>& out, std::chrono::microseconds timeout) override {
+    if (!inline_) return QueuedIoEngine::wait(out, timeout);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      reap_inline(nullptr);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (done_or_idle_locked()) break;
+      }
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      __kernel_timespec ts{static_cast<long long>(ns / 1000000000), static_cast<long long>(ns % 1000000000)};
+      reap_inline(&ts);
+    }
+    return QueuedIoEngine::poll(out);
   }
 
   uint64_t register_buffers(const std::vector<std::pair<uint8_t*, size_t>>& regions, std::string* why) override {
@@ -90,6 +132,24 @@ class UringEngine final : public QueuedIoEngine {
   }
 
   ~UringEngine() override {
+    if (inline_) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+        fail_queued_locked(ECANCELED, file_->path() + ": I/O engine shut down", false);
+      }
+      // The ops in the kernel still write into the caller's buffers: wait for them.
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (in_flight_ == 0) break;
+        }
+        __kernel_timespec ts{0, 100000000};
+        reap_inline(&ts);
+      }
+      io_uring_queue_exit(&ring_);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
@@ -210,6 +270,39 @@ class UringEngine final : public QueuedIoEngine {
     }
   }
 
+  // Inline reaping: the CQEs there are (with ts, waiting up to ts for one), handled, and the ops
+  // they made room for started. Without ts it enters the kernel only when the kernel flagged
+  // completions not yet posted (IORING_SQ_TASKRUN). One consumer at a time: a poll() finding
+  // another thread reaping returns at once.
+  void reap_inline(__kernel_timespec* ts) {
+    std::unique_lock<std::mutex> cq(cq_mu_, std::defer_lock);
+    if (ts) {
+      cq.lock();
+    } else if (!cq.try_lock()) {
+      return;
+    }
+    io_uring_cqe* cqe = nullptr;
+    if (ts) {
+      const int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, ts);
+      if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (broken_.empty()) break_locked(strfmt("%s: io_uring wait failed: %s", file_->path().c_str(), std::strerror(-rc)), -rc);
+        return;
+      }
+    } else {
+      io_uring_peek_cqe(&ring_, &cqe);  // runs pending completion work first where flagged
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    unsigned head;
+    unsigned n = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      handle_locked(cqe);
+      ++n;
+    }
+    io_uring_cq_advance(&ring_, n);
+    if (n > 0 && !stop_) kick_locked();
+  }
+
   void reap() {
     for (;;) {
       io_uring_cqe* cqe = nullptr;
@@ -259,6 +352,8 @@ class UringEngine final : public QueuedIoEngine {
   std::vector<uint32_t> unsubmitted_;  // slots prepared since the last successful submit
   std::string broken_;
   bool stop_ = false;
+  bool inline_ = false;   // completions reaped on the caller's thread (no reaper_)
+  std::mutex cq_mu_;      // inline: one CQ consumer at a time (taken before mu_)
   std::thread reaper_;
 };
 
