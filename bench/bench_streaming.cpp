@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
         else if (k == "ahead2") o.measure_ahead2 = v == "on";
         else if (k == "prefetch2") o.prefetch_ahead2 = v == "on";
         else if (k == "throttle") o.throttle = v == "on";
-        else if (k == "reaper") o.io.uring_completion_thread = v == "on";
+        else if (k == "reaper") o.io_completion_thread = v == "on" ? 1 : 0;
         else if (k == "ahead2busy") o.ahead2_max_busy = std::stod(v);
         else if (k == "tf") { o.throttle = true; o.throttle_factor = std::stod(v); }
         else if (k == "oracle") {

@@ -1,6 +1,7 @@
 // ThreadPool: every index processed exactly once, no lost wake-ups across many short jobs and
 // pool lifetimes (a hang here fails by the test timeout), result independent of thread count.
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -40,4 +41,30 @@ TEST(ThreadPool, ManyShortJobsAndLifetimes) {
     }
   }
   EXPECT_EQ(total.load(), 200 * 50 * 8 + 29 * 8);
+}
+
+// The on-job hook (how a streaming source collects completed reads while the model computes):
+// once per parallel_for that has work, on the calling thread, before any chunk runs.
+TEST(ThreadPool, OnJobHookRunsOnTheCallerBeforeEachJob) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    int calls = 0;
+    std::atomic<int> chunks{0};
+    const auto caller = std::this_thread::get_id();
+    pool.set_on_job([&] {
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      ++calls;
+    });
+    for (int j = 0; j < 50; ++j) {
+      const int before = chunks.load();
+      pool.parallel_for(j % 7, 1, [&](int, int64_t b, int64_t e) { chunks += static_cast<int>(e - b); });
+      EXPECT_EQ(chunks.load() - before, j % 7);
+    }
+    int jobs = 0;
+    for (int j = 0; j < 50; ++j) jobs += j % 7 > 0;
+    EXPECT_EQ(calls, jobs) << threads << " threads";  // none for an empty range
+    pool.set_on_job(nullptr);
+    pool.parallel_for(10, 1, [](int, int64_t, int64_t) {});
+    EXPECT_EQ(calls, jobs);
+  }
 }

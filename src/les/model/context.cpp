@@ -28,6 +28,7 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     owned_source_ = std::make_unique<ResidentExperts>(model.weights());
     experts_ = owned_source_.get();
   }
+  pool_.set_on_job([this] { experts_->service_io(); });
   n_ctx_ = p.n_ctx > 0 ? p.n_ctx : std::min(cfg_.n_ctx_train, 4096);
   if (n_ctx_ < 1) throw Error("context size must be >= 1");
   n_batch_ = std::max(1, p.n_batch);

@@ -35,6 +35,11 @@ class ExpertSource {
   // Called when a token (or batch) has been fully evaluated.
   virtual void on_token_done() {}
 
+  // Called often on the thread that evaluates the model, while it computes (at the start of each
+  // parallel product): a streaming source collects the reads that completed and starts the ones
+  // queued behind them, so that the disk stays busy through the layers' dense work.
+  virtual void service_io() {}
+
   // Expert bytes read from storage so far (0 for a resident source).
   virtual uint64_t bytes_read() const { return 0; }
 };

@@ -84,6 +84,10 @@ struct StreamingOptions {
   // behind whatever is in flight, so this bounds the latency prefetching adds to a miss.
   uint64_t prefetch_inflight = 0;
   int io_threads = 0;           // pread/naive worker threads (0: queue depth)
+  // io_uring: who reaps completions (storage::IoOptions::uring_completion_thread). -1: decided
+  // by the layout, measured (docs/io.md): a completion thread where an expert is several reads
+  // (the original GGUF layout, or chunked reads), the decoding thread where it is one (packed).
+  int io_completion_thread = -1;
   // Read shaping: an expert's extents are read as aligned chunks of at most this many bytes, in
   // flight at once and landing in the same slot (0: each extent in one read). A disk that serves
   // several parallel reads faster than one large one reads a packed expert faster this way.
@@ -177,6 +181,7 @@ class StreamingExperts final : public ExpertSource {
   void with_experts(int layer, std::span<const int32_t> ids,
                     const std::function<void(size_t, const ExpertView&)>& run) override;
   void on_token_done() override;
+  void service_io() override { drain(false, 0); }
   uint64_t bytes_read() const override {
     const LayerStreamStats t = stats_.total();
     return t.bytes_demand + t.bytes_prefetch;

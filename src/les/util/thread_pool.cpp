@@ -79,6 +79,7 @@ void ThreadPool::worker(int index) {
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  if (on_job_) on_job_();
   grain = std::max<int64_t>(1, grain);
   const int64_t n_chunks = (n + grain - 1) / grain;
   if (n_threads_ == 1 || n_chunks == 1) {

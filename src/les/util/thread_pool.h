@@ -26,12 +26,18 @@ class ThreadPool {
   // indices (the last may be shorter). Blocks until every chunk is done. Not reentrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int, int64_t, int64_t)>& fn);
 
+  // Called on the calling thread at the start of every parallel_for (null: nothing): work that
+  // must happen often on that thread while it computes, such as collecting completed reads and
+  // starting the ones queued behind them. Set it before any parallel_for runs.
+  void set_on_job(std::function<void()> f) { on_job_ = std::move(f); }
+
  private:
   void worker(int index);
   void run_chunks(int thread_index);
 
   int n_threads_;
   std::vector<std::thread> threads_;
+  std::function<void()> on_job_;
   // Current job.
   const std::function<void(int, int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1, n_chunks_ = 0;
