@@ -6,6 +6,8 @@
 
 #include "les/model/context.h"
 #include "les/sched/budget.h"
+#include "les/pack/pack.h"
+#include "les/sched/stream_report.h"
 #include "les/sched/streaming_experts.h"
 #include "les/storage/expert_layout.h"
 #include "les/util/error.h"
@@ -502,4 +504,45 @@ TEST(SlotClasses, MixedPrecisionFileStreamsBitIdentically) {
   }
   std::string cleanup = "rm -rf '" + dir + "'";
   (void)std::system(cleanup.c_str());
+}
+
+// Who collects io_uring completions follows the layout (docs/io.md): a completion thread where an
+// expert is several reads (the original GGUF), the decoding thread where it is one (packed; where
+// the kernel has COOP_TASKRUN). Logits are identical either way, and --stats says which.
+TEST(Streaming, CompletionReapingFollowsTheLayout) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  if (!storage::have_uring()) GTEST_SKIP() << "no io_uring in this build";
+  les::test::ScopedDir d;
+  const std::string packed = d.file("tiny-packed.gguf");
+  pack::pack_model(tiny_moe_path(), packed);
+  auto resident = Model::load(tiny_moe_path());
+  const auto ref = run_hashes(*resident, nullptr, 1, 6);
+  for (const std::string& path : {tiny_moe_path(), packed}) {
+    auto m = Model::load(path, LoadOptions{.map_experts = false});
+    const bool is_packed = path == packed;
+    std::string explicit_caller;
+    for (int mode : {-1, 0, 1}) {
+      SCOPED_TRACE(path + " mode " + std::to_string(mode));
+      StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::uring, 32);
+      o.io_completion_thread = mode;
+      StreamingExperts ex(*m, o);
+      EXPECT_EQ(run_hashes(*m, &ex, 1, 6), ref);
+      const std::string by = ex.stats().completions_by;
+      if (mode == 1) {
+        EXPECT_EQ(by, "a completion thread");
+      }
+      if (mode == 0) explicit_caller = by;  // "a completion thread" on a kernel without COOP_TASKRUN
+      if (mode == -1 && !is_packed) {
+        EXPECT_EQ(by, "a completion thread");
+      }
+      if (mode == -1 && is_packed) {
+        o.io_completion_thread = 0;
+        StreamingExperts probe(*m, o);
+        EXPECT_EQ(by, probe.stats().completions_by);
+        if (by != "the caller's thread") std::printf("this kernel has no COOP_TASKRUN: %s\n", by.c_str());
+      }
+      EXPECT_NE(format_stream_table(ex.stats(), RunSummary{}).find("completions collected by " + by), std::string::npos);
+    }
+    EXPECT_TRUE(explicit_caller == "the caller's thread" || explicit_caller == "a completion thread") << explicit_caller;
+  }
 }

@@ -70,10 +70,12 @@ std::string format_stream_table(const StreamStats& st, const RunSummary& run) {
     s += strfmt("two layers ahead: raw recall@k %.3f\n", ratio(t.raw_ahead2_hits_k, t.ahead2_selected));
   }
   const double io_mbs = st.io.busy_us ? static_cast<double>(st.io.bytes) / static_cast<double>(st.io.busy_us) : 0.0;
-  s += strfmt("I/O: %llu reads, %.1f MB, %.0f MB/s while busy, max %u in flight, %llu retries, %llu errors\n",
+  s += strfmt("I/O: %llu reads, %.1f MB, %.0f MB/s while busy, max %u in flight, %llu retries, %llu errors",
               static_cast<unsigned long long>(st.io.syscalls), static_cast<double>(st.io.bytes) / 1e6, io_mbs,
               st.io.max_in_flight, static_cast<unsigned long long>(st.io.retries),
               static_cast<unsigned long long>(st.io.errors));
+  if (!st.completions_by.empty()) s += ", completions collected by " + st.completions_by;
+  s += "\n";
   if (st.registered_bytes) {
     s += strfmt("registered buffers: %.1f MiB of expert slots, %llu of the reads READ_FIXED\n", st.registered_bytes / 1048576.0,
                 static_cast<unsigned long long>(st.io.fixed_reads));
@@ -111,11 +113,11 @@ std::string stream_stats_json(const StreamStats& st, const RunSummary& run) {
   const double io_mbs = st.io.busy_us ? static_cast<double>(st.io.bytes) / static_cast<double>(st.io.busy_us) : 0.0;
   s += strfmt("  \"io\": {\"reads\": %llu, \"requests\": %llu, \"bytes\": %llu, \"busy_s\": %.6f, \"mb_per_s\": %.1f, "
               "\"max_in_flight\": %u, \"retries\": %llu, \"errors\": %llu, \"fixed_reads\": %llu, "
-              "\"registered_bytes\": %llu},\n",
+              "\"registered_bytes\": %llu, \"completions_by\": \"%s\"},\n",
               (unsigned long long)st.io.syscalls, (unsigned long long)st.io.requests, (unsigned long long)st.io.bytes,
               st.io.busy_us / 1e6, io_mbs, st.io.max_in_flight, (unsigned long long)st.io.retries,
               (unsigned long long)st.io.errors, (unsigned long long)st.io.fixed_reads,
-              (unsigned long long)st.registered_bytes);
+              (unsigned long long)st.registered_bytes, st.completions_by.c_str());
   s += "  \"slot_classes\": [";
   for (size_t i = 0; i < st.slot_classes.size(); ++i) {
     s += strfmt("%s{\"slot_bytes\": %llu, \"slots\": %d}", i ? ", " : "",

@@ -114,6 +114,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   for (int l = 0; l < layout_.n_layer() && one_read; ++l) one_read = layout_.one_extent(l);
   io.uring_completion_thread = opt.io_completion_thread >= 0 ? opt.io_completion_thread != 0 : !one_read;
   io_ = storage::make_io_engine(opt.io_mode, file_, io);
+  stats_.completions_by = io_->completions_reaped_by();
   uint64_t arena_bytes = 0;
   size_t n_slots = 0;
   for (const auto& c : class_plan_) {

@@ -148,6 +148,7 @@ struct StreamStats {
   storage::IoCounters io{};
   uint64_t registered_bytes = 0;  // expert slot bytes registered as io_uring fixed buffers
   std::string register_note;      // why none were, when register_buffers was asked for
+  std::string completions_by;     // which thread collects completed reads (IoEngine::completions_reaped_by)
 };
 
 // Slot classes: a file whose layers hold experts of different types (mixed precision) needs slots

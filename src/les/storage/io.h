@@ -322,6 +322,9 @@ class IoEngine {
   }
 
   virtual IoMode mode() const = 0;
+  // Which thread collects completed reads, in words for --stats ("worker threads" for the
+  // thread backends; io_uring: "the caller's thread" or "a completion thread").
+  virtual const char* completions_reaped_by() const { return "worker threads"; }
   virtual int queue_depth() const = 0;
   virtual const ReadFile& file() const = 0;
 };

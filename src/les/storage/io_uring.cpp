@@ -76,6 +76,10 @@ class UringEngine final : public QueuedIoEngine {
     if (!inline_) reaper_ = std::thread([this] { reap(); });
   }
 
+  const char* completions_reaped_by() const override {
+    return inline_ ? "the caller's thread" : "a completion thread";
+  }
+
   size_t poll(std::vector<IoCompletion>& out) override {
     if (inline_) reap_inline(nullptr);
     return QueuedIoEngine::poll(out);
