@@ -70,7 +70,11 @@ void matmul_many(std::span<const MatmulJob> jobs, const QuantizedActs& a, Thread
     }
   };
   if (pool.size() == 1 || n_blocks == 1) {
-    for (int64_t b = 0; b < n_blocks; ++b) run_block(b);
+    // One chunk: runs on this thread (through the pool, so that its on-job hook runs as for
+    // every product).
+    pool.parallel_for(1, 1, [&](int, int64_t, int64_t) {
+      for (int64_t b = 0; b < n_blocks; ++b) run_block(b);
+    });
     return;
   }
   std::atomic<int64_t> next{0};

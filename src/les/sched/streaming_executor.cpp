@@ -192,10 +192,6 @@ void StreamingExperts::run_expert(LayerRun& r, size_t i) {
     policy_of(s.key).on_hit(s.key, clock_++);
   }
   r.done[i] = 1;
-  // Collect the reads that completed meanwhile: with completions reaped on this thread
-  // (storage::IoOptions::uring_completion_thread off) this is also what starts the reads queued
-  // behind them.
-  drain(false, 0);
 }
 
 void StreamingExperts::run_residents(LayerRun& r) {

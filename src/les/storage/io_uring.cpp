@@ -43,7 +43,7 @@ class UringEngine final : public QueuedIoEngine {
     while (entries < static_cast<unsigned>(o.queue_depth) + 1) entries <<= 1;
     int rc = -EINVAL;
     if (!o.uring_completion_thread) {
-      // Kernels before 5.19 refuse these flags: their completions interrupt the submitter.
+      // Kernels before 5.19 refuse these flags: they get the completion thread.
       rc = io_uring_queue_init(entries, &ring_, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
       if (rc == 0 && !(ring_.features & IORING_FEAT_EXT_ARG)) {
         io_uring_queue_exit(&ring_);  // a timed wait would need a timeout SQE: use the thread
@@ -136,12 +136,12 @@ class UringEngine final : public QueuedIoEngine {
   }
 
   ~UringEngine() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      fail_queued_locked(ECANCELED, file_->path() + ": I/O engine shut down", false);
+    }
     if (inline_) {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        stop_ = true;
-        fail_queued_locked(ECANCELED, file_->path() + ": I/O engine shut down", false);
-      }
       // The ops in the kernel still write into the caller's buffers: wait for them.
       for (;;) {
         {
@@ -151,13 +151,8 @@ class UringEngine final : public QueuedIoEngine {
         __kernel_timespec ts{0, 100000000};
         reap_inline(&ts);
       }
-      io_uring_queue_exit(&ring_);
-      return;
-    }
-    {
+    } else {
       std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      fail_queued_locked(ECANCELED, file_->path() + ": I/O engine shut down", false);
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       LES_ASSERT(sqe != nullptr);
       io_uring_prep_nop(sqe);
@@ -166,7 +161,7 @@ class UringEngine final : public QueuedIoEngine {
       do rc = io_uring_submit(&ring_);
       while (rc == -EINTR || rc == -EAGAIN);
     }
-    reaper_.join();
+    if (reaper_.joinable()) reaper_.join();
     io_uring_queue_exit(&ring_);
   }
 
@@ -297,6 +292,12 @@ class UringEngine final : public QueuedIoEngine {
       io_uring_peek_cqe(&ring_, &cqe);  // runs pending completion work first where flagged
     }
     std::lock_guard<std::mutex> lk(mu_);
+    if (handle_cqes_locked() > 0 && !stop_) kick_locked();
+  }
+
+  // Handles every CQE in the ring and consumes them; returns how many there were.
+  unsigned handle_cqes_locked() {
+    io_uring_cqe* cqe = nullptr;
     unsigned head;
     unsigned n = 0;
     io_uring_for_each_cqe(&ring_, head, cqe) {
@@ -304,7 +305,7 @@ class UringEngine final : public QueuedIoEngine {
       ++n;
     }
     io_uring_cq_advance(&ring_, n);
-    if (n > 0 && !stop_) kick_locked();
+    return n;
   }
 
   void reap() {
@@ -320,13 +321,7 @@ class UringEngine final : public QueuedIoEngine {
         continue;
       }
       std::lock_guard<std::mutex> lk(mu_);
-      unsigned head;
-      unsigned n = 0;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        handle_locked(cqe);
-        ++n;
-      }
-      io_uring_cq_advance(&ring_, n);
+      handle_cqes_locked();
       kick_locked();
       if (stop_ && in_flight_ == 0) return;
     }
