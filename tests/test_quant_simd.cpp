@@ -921,6 +921,51 @@ TEST_P(QuantSimd, GemmOfModelShape) {
 }
 
 #if defined(__x86_64__)
+// The avx512 table without its GFNI variants (what a CPU without GFNI runs) against the table in
+// use: both the same products bit for bit, on random and adversarial blocks in every tile shape,
+// and the GFNI-less kernels against the reference. On a CPU without GFNI the table in use is the
+// GFNI-less one (the other tests cover it) and this skips.
+TEST(QuantSimdGfni, SameProductsWithAndWithoutGfni) {
+  const KernelTable* with = kernel_table(Isa::avx512);
+  if (!with || !isa_supported(Isa::avx512)) GTEST_SKIP() << "no avx512";
+  if (!cpu_has_gfni()) GTEST_SKIP() << "no GFNI: the avx512 table in use is the one without it";
+  KernelTable without = *with;
+  fill_kernel_table_avx512_without_gfni(without);
+  Gen g(31);
+  int checked = 0;
+  for (Type wt : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K}) {
+    EXPECT_NE(with->vec_dot[tid(wt)], without.vec_dot[tid(wt)]) << type_name(wt) << ": no GFNI variant registered";
+    const Type at = act_type(wt);
+    for (Fill wf : {Fill::random, Fill::all_max, Fill::zero_scales, Fill::huge_scales, Fill::tiny_scales}) {
+      for (ActFill af : {ActFill::random, ActFill::min_int8, ActFill::max_int8}) {
+        for (int64_t nb : {1, 3, 8}) {
+          const int64_t n = nb * QK_K, nr = 9, nc = 6;
+          const size_t wrb = row_bytes(wt, n), arb = row_bytes(at, n);
+          std::vector<uint8_t> w(wrb * nr), a(arb * nc);
+          for (int64_t r = 0; r < nr; ++r) gen_weights(g, wt, w.data() + r * wrb, n, wf);
+          for (int64_t c = 0; c < nc; ++c) gen_acts(g, at, a.data() + c * arb, n, af);
+          for (int64_t c_n : {int64_t{1}, int64_t{2}, int64_t{4}, nc}) {  // tile widths 1..4 and an edge
+            std::vector<float> y1(static_cast<size_t>(nr * c_n)), y2(y1.size());
+            gemm_rows(*with, wt, n, w.data(), wrb, nr, a.data(), arb, c_n, y1.data(), nr);
+            gemm_rows(without, wt, n, w.data(), wrb, nr, a.data(), arb, c_n, y2.data(), nr);
+            for (size_t i = 0; i < y1.size(); ++i) {
+              ASSERT_EQ(bits(y1[i]), bits(y2[i])) << type_name(wt) << " output " << i << " of " << nr << "x" << c_n
+                                                  << ", n=" << n << ", fill " << static_cast<int>(wf) << " act "
+                                                  << static_cast<int>(af);
+            }
+          }
+          check_dot(kernel_table(Isa::scalar), &without, wt, w.data(), a.data(), n, "without GFNI");
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 5 * 3 * 3);
+}
+
+#endif
+
+#if defined(__x86_64__)
 // The AVX2 tiles' vpdpbusd emulation against integer arithmetic: every (u, s) byte pair in all
 // four products of a lane (u = 255 with s = -128 saturates a plain vpmaddubsw), accumulators near
 // the int32 limits, and random bytes; the u <= 127 path on every u <= 127.
@@ -981,6 +1026,12 @@ TEST(KernelIsas, ReportsWhichIsasRan) {
   }
   std::printf("[ KernelIsas ] ran: %s; could not run (CPU lacks them): %s\n", ran.c_str(),
               missing.empty() ? "none" : missing.c_str());
+#if defined(__x86_64__)
+  if (isa_supported(Isa::avx512)) {
+    std::printf("[ KernelIsas ] avx512 K-quant kernels: %s\n",
+                cpu_has_gfni() ? "GFNI variants (and the ones without, checked against them)" : "without GFNI (CPU lacks it)");
+  }
+#endif
   ::testing::Test::RecordProperty("isas_ran", ran);
   ::testing::Test::RecordProperty("isas_not_run", missing.empty() ? "none" : missing);
   EXPECT_TRUE(isa_supported(Isa::scalar));

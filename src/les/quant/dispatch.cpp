@@ -39,6 +39,7 @@ struct CpuFeatures {
   bool avx_vnni = false;     // avx2 + AVX-VNNI (VEX-encoded vpdpbusd/vpdpwssd)
   bool avx512 = false;       // avx2 + AVX-512 F/BW/VL/DQ/VNNI, zmm/opmask state enabled by the OS
   bool avx512_bf16 = false;  // avx512 + AVX512-BF16
+  bool gfni = false;         // avx512 + GFNI
   bool neon = false;         // aarch64 Advanced SIMD (HWCAP_ASIMD)
   bool dotprod = false;      // neon + SDOT/UDOT (HWCAP_ASIMDDP)
   bool i8mm = false;         // dotprod + SMMLA/UMMLA (HWCAP2_I8MM)
@@ -73,8 +74,10 @@ CpuFeatures probe_cpu() {
   const bool avx512bw = b & (1u << 30);
   const bool avx512vl = b & (1u << 31);
   const bool avx512vnni = c & (1u << 11);
+  const bool gfni = c & (1u << 8);
   f.avx2 = os_ymm && avx2 && fma && f16c && bmi2;
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  f.gfni = f.avx512 && gfni;
   if (max_subleaf >= 1) {
     __cpuid_count(7, 1, a, b, c, d);
     f.avx_vnni = f.avx2 && (a & (1u << 4));
@@ -180,6 +183,7 @@ int check_row(const char* what, Type t, int64_t n) {
 }  // namespace
 
 bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
+bool cpu_has_gfni() { return cpu().gfni; }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -21,6 +21,8 @@ void fill_kernel_table_avx2(KernelTable& t);    // kernels_avx2.cpp   (AVX2+FMA+
 void fill_kernel_table_avx2_tiles(KernelTable& t);  // kernels_tiles_avx2.cpp (tiles on AVX2, over the above)
 void fill_kernel_table_avx_vnni(KernelTable& t);  // kernels_avxvnni.cpp (AVX2 + AVX-VNNI)
 void fill_kernel_table_avx512(KernelTable& t);  // kernels_avx512.cpp (AVX-512 F/BW/VL/DQ/VNNI)
+// The same without the GFNI variants (what a CPU without GFNI gets), for the tests.
+void fill_kernel_table_avx512_without_gfni(KernelTable& t);
 void fill_dequantizers_avx2(KernelTable& t);    // dequantize_avx2.cpp (conversion sources: Q4_K)
 
 // How far ahead of itself an x86 matrix-vector kernel without row tiles (the AVX2 and AVX-VNNI 1 x 1
@@ -51,6 +53,9 @@ void dpbusd_avx2_emulated(const int32_t* acc, const uint8_t* u, const int8_t* s,
 // Whether the CPU (and OS) support AVX512-BF16. The avx512 ISA level does not require it, so
 // kernels using AVX512-BF16 instructions must be registered only when this returns true.
 bool cpu_has_avx512_bf16();
+// Whether the CPU has GFNI (GF2P8AFFINEQB) next to the avx512 level; the avx512 table uses it
+// for some K-quant kernels when it does.
+bool cpu_has_gfni();
 
 // Reference-quality weight quantizer: x[n] -> y, with an optional importance[n] (nullptr = none;
 // the caller has checked it is finite and >= 0).

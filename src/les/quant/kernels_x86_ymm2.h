@@ -147,8 +147,9 @@ struct PYmm2 {
 
   static VF fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static VF fset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
-  static VF fset_f16pair(const uint8_t* p) {
-    const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(tiles::ld_u32(p))));
+  static VF fset1_neg_high(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(-x)}; }
+  static VF fset_f16pair(uint32_t bits) {
+    const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
     return {_mm256_broadcastss_ps(v), _mm256_broadcastss_ps(_mm_movehdup_ps(v))};
   }
   static VF fsplat_pair(__m128 v4, int g) {
