@@ -869,8 +869,10 @@ constexpr int64_t kActBlock = 16;
 // With one activation row the tile prefetched is the first whose rows start at least
 // kPrefetchBytes past the current tile's: the next one for long rows, several for short ones (an
 // expert's down projection of 512 or 768 columns, whose next tile is too close to arrive in time
-// from DRAM: 512 columns, 2 threads, Zen 5, q4_K/q3_K/q2_K 21/19/18 -> 25/24/24 GB/s).
+// from DRAM: 512 columns, 2 threads, Zen 5, q4_K/q3_K/q2_K 21/19/18 -> 25/24/24 GB/s). Row-strided
+// tiles (gemm_tiles) prefetch each of their streams kStreamPrefetchBytes ahead.
 constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kStreamPrefetchBytes = 2048;
 inline int64_t tiles_ahead(int64_t rows, size_t ws) {
   const int64_t tile = rows * static_cast<int64_t>(ws);
   return tile >= kPrefetchBytes || tile <= 0 ? 1 : (kPrefetchBytes + tile - 1) / tile;
@@ -897,6 +899,26 @@ void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va
   constexpr int64_t act_block = (kActBlock + MC - 1) / MC * MC;
   const auto* w = static_cast<const uint8_t*>(vw);
   const auto* a = static_cast<const uint8_t*>(va);
+  if (nc == 1 && nr >= 2 * MR) {
+    // Matrix-vector products: tile i takes rows i, i + S, i + 2S, i + 3S (S = nr / MR), so that
+    // the tiles read MR long sequential streams (which the hardware prefetchers follow) instead
+    // of one region through MR interleaved pointers; each stream prefetches its rows
+    // kStreamPrefetchBytes ahead. The rows past MR * S go as ordinary tiles. Every output is the
+    // same tile's value for its row, so the results do not change.
+    const int64_t S = nr / MR;
+    const int64_t ahead = (kStreamPrefetchBytes + static_cast<int64_t>(ws) - 1) / static_cast<int64_t>(ws);
+    for (int64_t i = 0; i < S; ++i) {
+      float t[MR];
+      const uint8_t* next = i + ahead < S ? w + static_cast<size_t>(i + ahead) * ws : nullptr;
+      table.fn[MR - 1][0](n, w + static_cast<size_t>(i) * ws, static_cast<size_t>(S) * ws, a, as, t, ys, next);
+      for (int k = 0; k < MR; ++k) y[i + k * S] = t[k];
+    }
+    for (int64_t r0 = MR * S; r0 < nr; r0 += MR) {
+      const int64_t rr = nr - r0 < MR ? nr - r0 : MR;
+      table.fn[rr - 1][0](n, w + static_cast<size_t>(r0) * ws, ws, a, as, y + r0, ys, nullptr);
+    }
+    return;
+  }
   for (int64_t cb = 0; cb < nc; cb += act_block) {
     const int64_t ce = cb + act_block < nc ? cb + act_block : nc;
     for (int64_t r0 = 0; r0 < nr; r0 += MR) {
