@@ -38,9 +38,20 @@ namespace {
 // descheduled or started late holds up the others by one block at most. A block is multiplied
 // with every token by one gemm (which keeps its rows in cache while blocks of tokens pass over
 // them). Every output is the same vec_dot-equal value whatever the cuts and whoever runs them.
-int64_t block_rows(const Matrix& W, int64_t n_tok) {
-  const size_t block_bytes = n_tok == 1 ? 64 * 1024 : 40 * 1024;
+int64_t block_rows(const Matrix& W, size_t block_bytes) {
   return std::max<int64_t>(4, static_cast<int64_t>(block_bytes / std::max<size_t>(1, W.row_bytes)) & ~int64_t{3});
+}
+
+// Blocks of a batched product: 40 KiB. Of a matrix-vector product: long, because a block's rows
+// are read as a few sequential streams (the kernels' row-strided tiles) that the hardware
+// prefetchers must pick up anew in every block (Zen 5, 2 threads: 64 -> 192-384 KiB blocks, 30B-A3B
+// shape decode 47 -> 52-57 tok/s), but at least two per thread, so that every thread has work.
+size_t block_bytes(std::span<const MatmulJob> jobs, int64_t n_tok, int n_threads) {
+  if (n_tok != 1) return 40 * 1024;
+  size_t total = 0;
+  for (const MatmulJob& j : jobs) total += j.W->row_bytes * static_cast<size_t>(j.W->n_out);
+  const size_t per = total / (2 * static_cast<size_t>(std::max(1, n_threads)));
+  return std::clamp<size_t>(per, 64 * 1024, 256 * 1024);
 }
 
 }  // namespace
@@ -49,16 +60,17 @@ void matmul_many(std::span<const MatmulJob> jobs, const QuantizedActs& a, Thread
   const KernelTable& kt = kernels();
   const int64_t n_tok = a.n_tok;
   int64_t n_blocks = 0;
+  const size_t bb = block_bytes(jobs, n_tok, pool.size());
   for (const MatmulJob& j : jobs) {
     LES_ASSERT(a.n_in == j.W->n_in);
     LES_ASSERT(a.type == act_type(j.W->type));
-    const int64_t br = block_rows(*j.W, n_tok);
+    const int64_t br = block_rows(*j.W, bb);
     n_blocks += (j.W->n_out + br - 1) / br;
   }
   auto run_block = [&](int64_t b) {
     for (const MatmulJob& j : jobs) {  // find the job of block b
       const Matrix& W = *j.W;
-      const int64_t br = block_rows(W, n_tok);
+      const int64_t br = block_rows(W, bb);
       const int64_t nb = (W.n_out + br - 1) / br;
       if (b >= nb) {
         b -= nb;
