@@ -31,7 +31,10 @@
 //   fset_f16pair (the fp16 pair in 32 bits: low half in lanes 0-7, high half in 8-15),
 //   fset1_neg_high (x in lanes 0-7, -x in 8-15), fsplat_pair(v4, g)
 //   (floats 2g, 2g+1 of v4 in lanes 0-7, 8-15), cvt, fmadd, fmul, hsum; optionally hsum4 (four
-//   hsums at once, bit-identical to hsum) and f16_words<S, Pair> (see block_f16).
+//   hsums at once, bit-identical to hsum), f16_words<S, Pair> (see block_f16), spread16 /
+//   spread32 / pick<G> (group_scales), or_bit_rot<S, B> (high_bits_apply) and
+//   gf_field_halves<S0, S1, M> (field_halves): each replaces a generic sequence with the same
+//   values.
 #pragma once
 
 #include <immintrin.h>
@@ -344,8 +347,8 @@ struct MulPairs {
 // Q4_K / Q5_K: x = d * sc * q - dmin * m; q = u in [0, 15] (Q5_K: [0, 31], the 5th bit from qh).
 // Group G = 64 elements: the low nibbles of qs[32G..32G+31] (sub-block 2G), then their high
 // nibbles (sub-block 2G+1); Q5_K's 5th bit of sub-block j is bit j of qh[l].
-// Fold: lanes 0-7 = d * sum(sc * q * y), lanes 8-15 = dmin * sum(m * bsums), times -d of the
-// activations (kNegHighLanes).
+// Fold: lanes 0-7 = d * sum(sc * q * y) times d of the activations, lanes 8-15 = dmin *
+// sum(m * bsums) times -d of the activations (kNegHighLanes).
 template <bool Five>
 struct KQ45 : MulPairs {
   using Block = std::conditional_t<Five, block_q5_K, block_q4_K>;
