@@ -89,14 +89,6 @@ struct P512 {
   static VI or_bits(VI v, uint64_t bits, char byte) {
     return _mm512_mask_add_epi8(v, static_cast<__mmask64>(bits), v, _mm512_set1_epi8(byte));
   }
-  // Bytes of v whose bit S0 (lower 256 bits) / S1 (upper) of h is set get bit B (clear in v).
-  // Rotating each dword of h left by B - S (mod 32) puts bit S of every byte at bit B of the same
-  // byte (0 <= S, B < 8); one vpternlogd then takes v | (that & (1 << B)).
-  template <int S0, int S1, int B>
-  static VI or_bit_if(VI v, VI h) {
-    const VI rot = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((B - S0) & 31), _mm512_set1_epi32((B - S1) & 31));
-    return _mm512_ternarylogic_epi32(v, _mm512_rolv_epi32(h, rot), _mm512_set1_epi8(static_cast<char>(1 << B)), 0xF8);
-  }
   static VI maddubs(VI u, VI y) { return _mm512_maddubs_epi16(u, y); }
 
   // Scale unpacking of four rows at once (tile_k's prep4): each row's 16 bytes in one 128-bit

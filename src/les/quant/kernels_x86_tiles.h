@@ -26,7 +26,7 @@
 //   zext (256 -> VI, upper zero), fold_set_high (lower 8 lanes: lower + upper halves' lanes;
 //   upper 8 lanes: the given 256-bit vector), or_bits (bytes j with bit j set get v | byte),
 //   or_bit_if<S0, S1, B>(v, h) (bit B, clear in v, set in the bytes whose bit S0 (lower 256 bits) /
-//   S1 (upper) of h is set), maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
+//   S1 (upper) of h is set; not needed with or_bit_rot), maddubs (vpmaddubsw), scales_32<G>, scales_16<G> (a sub-block scale in both int16 halves of
 //   each int32 lane, see below), fzero, fset1,
 //   fset_f16pair (the fp16 pair in 32 bits: low half in lanes 0-7, high half in 8-15),
 //   fset1_neg_high (x in lanes 0-7, -x in 8-15), fsplat_pair(v4, g)
@@ -869,31 +869,22 @@ struct TileTable {
 // a block of them stays in L1/L2 while every row tile of the weights passes over it.
 constexpr int64_t kActBlock = 16;
 
-// With one activation row the tile prefetched is the first whose rows start at least
-// kPrefetchBytes past the current tile's: the next one for long rows, several for short ones (an
-// expert's down projection of 512 or 768 columns, whose next tile is too close to arrive in time
-// from DRAM: 512 columns, 2 threads, Zen 5, q4_K/q3_K/q2_K 21/19/18 -> 25/24/24 GB/s). Row-strided
-// tiles (gemm_tiles) prefetch each of their streams kStreamPrefetchBytes ahead.
-constexpr int64_t kPrefetchBytes = 4096;
+// Row-strided tiles (gemm_tiles, one activation row) prefetch each of their streams
+// kStreamPrefetchBytes ahead.
 constexpr int64_t kStreamPrefetchBytes = 2048;
-inline int64_t tiles_ahead(int64_t rows, size_t ws) {
-  const int64_t tile = rows * static_cast<int64_t>(ws);
-  return tile >= kPrefetchBytes || tile <= 0 ? 1 : (kPrefetchBytes + tile - 1) / tile;
-}
 
 // The product over tiles of at most MR rows x MC activation rows (MR1 rows when there is one
 // activation row); the first pass of each row tile over the activations prefetches the next row
-// tile (with one activation row only if PF1, and then the tile tiles_ahead names).
+// tile (with one activation row only if PF1).
 template <class K, int MR, int MC, int MR1 = MR, bool PF1 = true>
 void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
                 int64_t ys) {
   static constexpr TileTable<K, (MR1 > MR ? MR1 : MR), MC> table;
   if (nc == 1 && (MR1 != MR || !PF1)) {
-    const int64_t ahead = PF1 ? tiles_ahead(MR1, ws) : 1;
     for (int64_t r0 = 0; r0 < nr; r0 += MR1) {
       const int64_t rr = nr - r0 < MR1 ? nr - r0 : MR1;
       const uint8_t* next =
-          PF1 && r0 + ahead * MR1 < nr ? static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0 + ahead * MR1) * ws : nullptr;
+          PF1 && r0 + MR1 < nr ? static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0 + MR1) * ws : nullptr;
       table.fn[rr - 1][0](n, static_cast<const uint8_t*>(vw) + static_cast<size_t>(r0) * ws, ws,
                           static_cast<const uint8_t*>(va), as, y + r0, ys, next);
     }
@@ -926,8 +917,7 @@ void gemm_tiles(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va
     const int64_t ce = cb + act_block < nc ? cb + act_block : nc;
     for (int64_t r0 = 0; r0 < nr; r0 += MR) {
       const int64_t rr = nr - r0 < MR ? nr - r0 : MR;
-      const int64_t ahead = nc == 1 ? tiles_ahead(MR, ws) : 1;
-      const uint8_t* next = cb == 0 && r0 + ahead * MR < nr ? w + static_cast<size_t>(r0 + ahead * MR) * ws : nullptr;
+      const uint8_t* next = cb == 0 && r0 + MR < nr ? w + static_cast<size_t>(r0 + MR) * ws : nullptr;
       for (int64_t c0 = cb; c0 < ce; c0 += MC) {
         const int64_t cc = ce - c0 < MC ? ce - c0 : MC;
         table.fn[rr - 1][cc - 1](n, w + static_cast<size_t>(r0) * ws, ws, a + static_cast<size_t>(c0) * as, as,
