@@ -91,6 +91,14 @@ struct P512 {
   }
   static VI maddubs(VI u, VI y) { return _mm512_maddubs_epi16(u, y); }
 
+  // The dwords A B C D in every 128-bit lane, as one 64-byte constant: a plain load where the
+  // loop reloads it (a broadcast from memory takes a shuffle pipe, one per cycle on Zen 5).
+  template <int A, int B, int C, int D>
+  static __m512i rep4() {
+    alignas(64) static constexpr int32_t v[16] = {A, B, C, D, A, B, C, D, A, B, C, D, A, B, C, D};
+    return _mm512_load_si512(v);
+  }
+
   // Scale unpacking of four rows at once (tile_k's prep4): each row's 16 bytes in one 128-bit
   // lane, the per-row steps of tiles::scales_mins_k4 / tiles::scales_q3k on all four lanes, then
   // the widening to int16 two rows at a time. The values equal the one-row functions'.
@@ -115,18 +123,18 @@ struct P512 {
     const __m512i v = lanes4(p0, p1, p2, p3);
     const __m512i x = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 1, 2, 0)));
     const __m512i y = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 1, 0, 0)));
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4))),
-                                        _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)));
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(y, 2), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, rep4<0, 0, 0, 4>()),
+                                        rep4<0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f>());
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(y, 2), rep4<0, 0x30303030, 0, 0x30303030>());
     widen4<false>(_mm512_or_si512(lo, hi), out);
   }
   static void scales_q3k_x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3,
                             __m256i (&out)[4]) {
     const __m512i v = lanes4(p0 - 4, p1 - 4, p2 - 4, p3 - 4);  // scale byte k at lane byte 4 + k
-    const __m512i x = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
-    const __m512i y = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15)));
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 4, 4))), _mm512_set1_epi8(0x0f));
-    const __m512i hi = _mm512_and_si512(_mm512_slli_epi32(_mm512_srlv_epi32(y, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 2, 4, 6))), 4),
+    const __m512i x = _mm512_shuffle_epi8(v, rep4<0x07060504, 0x0b0a0908, 0x07060504, 0x0b0a0908>());
+    const __m512i y = _mm512_shuffle_epi8(v, rep4<0x0f0e0d0c, 0x0f0e0d0c, 0x0f0e0d0c, 0x0f0e0d0c>());
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(x, rep4<0, 0, 4, 4>()), _mm512_set1_epi8(0x0f));
+    const __m512i hi = _mm512_and_si512(_mm512_slli_epi32(_mm512_srlv_epi32(y, rep4<0, 2, 4, 6>()), 4),
                                         _mm512_set1_epi8(0x30));
     widen4<true>(_mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32)), out);
   }
@@ -167,11 +175,20 @@ struct P512 {
   static VI pick(VI spread) {
     return _mm512_shuffle_epi32(spread, static_cast<_MM_PERM_ENUM>(0x55 * G));
   }
-  // Bit S of every byte of h to bit B (clear in v) of v's bytes: a dword rotate by an immediate
-  // (bits stay within their byte for 0 <= S, B < 8) and one vpternlogd, v | (rot & (1 << B)).
+  // Bit S of every byte of h to bit B (clear in v) of v's bytes: a dword shift by an immediate
+  // (bit B of a byte then holds bit S of the same byte, for 0 <= S, B < 8; the bits that cross
+  // bytes land elsewhere and are masked off) and one vpternlogd, v | (shifted & (1 << B)); no
+  // shift where S == B. A shift, not a rotate: on Zen 5 rotates share the two multiply pipes with
+  // vpmaddubsw / vpdpwssd, shifts do not (docs/kernels.md).
   template <int S, int B>
   static VI or_bit_rot(VI v, VI h) {
-    return _mm512_ternarylogic_epi32(v, _mm512_rol_epi32(h, (B - S) & 31), _mm512_set1_epi8(static_cast<char>(1 << B)), 0xF8);
+    VI m = h;
+    if constexpr (B > S) {
+      m = _mm512_slli_epi32(h, B - S);
+    } else if constexpr (B < S) {
+      m = _mm512_srli_epi32(h, S - B);
+    }
+    return _mm512_ternarylogic_epi32(v, m, _mm512_set1_epi8(static_cast<char>(1 << B)), 0xF8);
   }
 
   // The fp16 words at p + k S (k < 4), then with Pair those at p + 2 + k S, packed into 4 / 8
