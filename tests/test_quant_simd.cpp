@@ -537,8 +537,8 @@ TEST_P(QuantSimd, TablesHaveEntries) {
   }
   const KernelTable* avx2 = kernel_table(Isa::avx2);
   for (Type t : kDotTypes) {
-    // AVX-VNNI keeps AVX2's kernels for the float types and the 32-element blocks but Q8_0
-    const bool own = isa == Isa::avx512 || (block_size(t) == QK_K || t == Type::Q8_0);
+    // AVX-VNNI keeps AVX2's kernels for the float types only
+    const bool own = isa == Isa::avx512 || block_size(t) != 1;
     if (!own) {
       EXPECT_EQ(simd_->vec_dot[tid(t)], avx2->vec_dot[tid(t)]) << isa_name(isa) << " " << type_name(t);
       continue;
@@ -963,6 +963,48 @@ TEST(QuantSimdGfni, SameProductsWithAndWithoutGfni) {
   EXPECT_EQ(checked, 4 * 5 * 3 * 3);
 }
 
+#endif
+
+#if defined(__x86_64__)
+// AVX-VNNI's 32-element block kernels are AVX2's with vpdpbusd for vpmaddubsw + vpmaddwd
+// (kernels_q32_x86.h): the same int32 lane sums, so every product equals AVX2's bit for bit, in
+// every tile shape, on random and extreme blocks (and both match the reference: VecDot*).
+TEST(QuantSimdVnni, Q32ProductsEqualAvx2) {
+  const KernelTable* vnni = kernel_table(Isa::avx_vnni);
+  const KernelTable* avx2 = kernel_table(Isa::avx2);
+  if (!vnni || !isa_supported(Isa::avx_vnni)) GTEST_SKIP() << "no AVX-VNNI";
+  Gen g(47);
+  int checked = 0;
+  for (Type wt : {Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1, Type::IQ4_NL}) {
+    EXPECT_NE(vnni->vec_dot[tid(wt)], avx2->vec_dot[tid(wt)]) << type_name(wt) << ": no VNNI variant registered";
+    const Type at = act_type(wt);
+    for (Fill wf : {Fill::random, Fill::all_max, Fill::zero_scales, Fill::huge_scales, Fill::tiny_scales}) {
+      for (ActFill af : {ActFill::random, ActFill::min_int8, ActFill::max_int8}) {
+        for (int64_t nb : {1, 3, 8, 13}) {  // the 4-block groups, their 2- and 1-block tails
+          const int64_t n = nb * 32, nr = 11, nc = 6;
+          const size_t wrb = row_bytes(wt, n), arb = row_bytes(at, n);
+          std::vector<uint8_t> w(wrb * nr), a(arb * nc);
+          for (int64_t r = 0; r < nr; ++r) gen_weights(g, wt, w.data() + r * wrb, n, wf);
+          for (int64_t c = 0; c < nc; ++c) gen_acts(g, at, a.data() + c * arb, n, af);
+          for (int64_t c_n : {int64_t{1}, int64_t{2}, int64_t{4}, nc}) {
+            std::vector<float> y1(static_cast<size_t>(nr * c_n)), y2(y1.size());
+            gemm_rows(*vnni, wt, n, w.data(), wrb, nr, a.data(), arb, c_n, y1.data(), nr);
+            gemm_rows(*avx2, wt, n, w.data(), wrb, nr, a.data(), arb, c_n, y2.data(), nr);
+            for (size_t i = 0; i < y1.size(); ++i) {
+              ASSERT_EQ(bits(y1[i]), bits(y2[i])) << type_name(wt) << " output " << i << " of " << nr << "x" << c_n
+                                                  << ", n=" << n << ", fill " << static_cast<int>(wf) << " act "
+                                                  << static_cast<int>(af);
+            }
+          }
+          EXPECT_EQ(bits(vnni->vec_dot[tid(wt)](n, w.data(), a.data())), bits(avx2->vec_dot[tid(wt)](n, w.data(), a.data())))
+              << type_name(wt) << " n=" << n;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 5 * 3 * 4);
+}
 #endif
 
 #if defined(__x86_64__)
