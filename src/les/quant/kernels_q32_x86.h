@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "les/quant/blocks.h"
 #include "les/quant/kernels_internal.h"
@@ -253,6 +254,16 @@ struct TilePtrs {
   }
 };
 
+// Activation operands made once per block of activation rows for the batched tiles (gemm_q32):
+// row c's K::Av of every block, and its blocks' scales as floats (against Q8_0: d per block;
+// Q8_1: d, s per block). The tiles would make the same values from the rows, once per weight row;
+// taken from here they give the same results.
+template <class K, int C>
+struct PreActs {
+  const typename K::Av* av[C];
+  const float* d[C];
+};
+
 // The partial sums of one block k (from block offsets wo / ao) of every product of the tile.
 // exact[c]: activation row c's products by K::exact (kProbe only).
 template <class K, size_t AB, int R, int C>
@@ -276,15 +287,20 @@ inline void block_sums(const TilePtrs<R, C>& t, size_t wo, size_t ao, int k, con
 // weight blocks decoded once, then each activation row's 4 products folded before the next row's
 // (block by block for every row at once kept 3 x C partial sums and C prepared activations live:
 // with C = 4, more than the 16 ymm registers). The same vphaddd tree, so the same integers.
-template <class K, size_t AB, int C>
+// With Pre, the activations' operands come from pre (block index ib).
+template <class K, size_t AB, int C, bool Pre>
 inline void group4_columns(const TilePtrs<1, C>& t, size_t wo, size_t ao, const bool (&exact)[C],
-                           __m256i (&s)[1][C]) {
+                           __m256i (&s)[1][C], const PreActs<K, C>* pre, int64_t ib) {
   typename K::Wv wv[4];
   for (int k = 0; k < 4; ++k) wv[k] = K::decode(t.w[0] + wo + k * K::WB);
   for (int c = 0; c < C; ++c) {
     __m256i p[4];
     for (int k = 0; k < 4; ++k) {
-      p[k] = K::dot(wv[k], K::Av::prep(t.a[c] + ao + k * AB));
+      if constexpr (Pre) {
+        p[k] = K::dot(wv[k], pre->av[c][ib + k]);
+      } else {
+        p[k] = K::dot(wv[k], K::Av::prep(t.a[c] + ao + k * AB));
+      }
       if constexpr (K::kProbe) {
         if (exact[c]) [[unlikely]] p[k] = K::exact(t.w[0] + wo + k * K::WB, t.a[c] + ao + k * AB);
       }
@@ -296,10 +312,13 @@ inline void group4_columns(const TilePtrs<1, C>& t, size_t wo, size_t ao, const 
 
 // s[r][c] = the folded partial sums of the 4 blocks from block offsets wo / ao, by the vphaddd
 // tree of the vec_dot: (b0, b1), (b2, b3), then the two.
-template <class K, size_t AB, int R, int C>
-inline void group4(const TilePtrs<R, C>& t, size_t wo, size_t ao, const bool (&exact)[C], __m256i (&s)[R][C]) {
+// Pre (only for R == 1, C > 1): the activations' operands from pre, block index ib.
+template <class K, size_t AB, int R, int C, bool Pre = false>
+inline void group4(const TilePtrs<R, C>& t, size_t wo, size_t ao, const bool (&exact)[C], __m256i (&s)[R][C],
+                   const PreActs<K, C>* pre = nullptr, int64_t ib = 0) {
+  static_assert(!Pre || (R == 1 && C > 1));
   if constexpr (R == 1 && C > 1) {
-    group4_columns<K, AB>(t, wo, ao, exact, s);
+    group4_columns<K, AB, C, Pre>(t, wo, ao, exact, s, pre, ib);
     return;
   }
   __m256i p0[R][C], p1[R][C], h01[R][C];
@@ -327,9 +346,10 @@ inline void prefetch_rows(const uint8_t* p, size_t ws, size_t bytes) {
 // Weights against Q8_0: y[c * ys + r] = sum over blocks of d_w*d_a*dot(w_r, a_c). pf: the next
 // tile's rows (prefetched) or nullptr; a single-row tile without one prefetches its own stream
 // kMatVecPrefetchAhead ahead.
-template <class K, int R, int C>
+// Pre (1 x C tiles, C > 1): the activations' operands and scales from pre (gemm_q32's batches).
+template <class K, int R, int C, bool Pre = false>
 void tile_q8_0(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
-               const uint8_t* pf) {
+               const uint8_t* pf, const PreActs<K, C>* pre = nullptr) {
   constexpr size_t WB = K::WB, AB = sizeof(block_q8_0);
   const int64_t nb = n / QK8_0;
   const TilePtrs<R, C> t(w, ws, a, as);
@@ -338,11 +358,16 @@ void tile_q8_0(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t 
     for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = _mm256_setzero_ps();
   }
   bool exact[C] = {};
-  auto accumulate = [&](__m256 (&acc)[R][C], const __m256i (&s)[R][C], size_t wo, size_t ao) {
+  auto accumulate = [&](__m256 (&acc)[R][C], const __m256i (&s)[R][C], size_t wo, size_t ao, int64_t ib) {
     __m128 dw[R];
     for (int r = 0; r < R; ++r) dw[r] = load4_f16(t.w[r] + wo + K::WD, WB);
     for (int c = 0; c < C; ++c) {
-      const __m128 da = load4_f16(t.a[c] + ao + kQ80_d, AB);
+      __m128 da;
+      if constexpr (Pre) {
+        da = _mm_loadu_ps(pre->d[c] + ib);
+      } else {
+        da = load4_f16(t.a[c] + ao + kQ80_d, AB);
+      }
       for (int r = 0; r < R; ++r) {
         const __m128 d = _mm_mul_ps(dw[r], da);
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][c]), _mm256_set_m128(d, d), acc[r][c]);
@@ -365,10 +390,10 @@ void tile_q8_0(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t 
       }
     }
     __m256i s[R][C];
-    group4<K, AB>(t, wo, ao, exact, s);
-    accumulate(acc0, s, wo, ao);
-    group4<K, AB>(t, wo + 4 * WB, ao + 4 * AB, exact, s);
-    accumulate(acc1, s, wo + 4 * WB, ao + 4 * AB);
+    group4<K, AB, R, C, Pre>(t, wo, ao, exact, s, pre, i);
+    accumulate(acc0, s, wo, ao, i);
+    group4<K, AB, R, C, Pre>(t, wo + 4 * WB, ao + 4 * AB, exact, s, pre, i + 4);
+    accumulate(acc1, s, wo + 4 * WB, ao + 4 * AB, i + 4);
   }
   for (; i < nb; ++i) {
     const size_t wo = static_cast<size_t>(i) * WB, ao = static_cast<size_t>(i) * AB;
@@ -414,9 +439,9 @@ struct QX_1Ops {
   static __m256i exact(const uint8_t*, const uint8_t*) { return _mm256_setzero_si256(); }  // never (kProbe false)
 };
 
-template <class K, int R, int C>
+template <class K, int R, int C, bool Pre = false>
 void tile_q8_1(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y, int64_t ys,
-               const uint8_t* pf) {
+               const uint8_t* pf, const PreActs<K, C>* pre = nullptr) {
   constexpr size_t WB = K::WB, AB = sizeof(block_q8_1);
   const int64_t nb = n / QK4_1;
   const TilePtrs<R, C> t(w, ws, a, as);
@@ -435,11 +460,16 @@ void tile_q8_1(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t 
       prefetch_rows<1>(t.w[0] + wo + kMatVecPrefetchAhead, 0, 4 * WB);
     }
     __m256i s[R][C];
-    group4<K, AB>(t, wo, ao, never, s);
+    group4<K, AB, R, C, Pre>(t, wo, ao, never, s, pre, i);
     __m256 dmw[R];
     for (int r = 0; r < R; ++r) dmw[r] = load4_f16x2(t.w[r] + wo + K::WD, WB);
     for (int c = 0; c < C; ++c) {
-      const __m256 dma = load4_f16x2(t.a[c] + ao + kQ81_d, AB);
+      __m256 dma;
+      if constexpr (Pre) {
+        dma = _mm256_loadu_ps(pre->d[c] + 2 * i);
+      } else {
+        dma = load4_f16x2(t.a[c] + ao + kQ81_d, AB);
+      }
       for (int r = 0; r < R; ++r) {
         const __m256 dm = _mm256_mul_ps(dmw[r], dma);
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][c]), _mm256_permutevar8x32_ps(dm, even), acc[r][c]);
@@ -478,6 +508,39 @@ void run_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t a
   }
 }
 
+// A 1 x C tile (C > 1) of a batch, its activations' operands from pre.
+template <class K, int C>
+void run_tile_pre(int64_t n, const uint8_t* w, const uint8_t* a, size_t as, float* y, int64_t ys, const PreActs<K, C>& pre) {
+  if constexpr (K::kQ81) {
+    tile_q8_1<K, 1, C, true>(n, w, 0, a, as, y, ys, nullptr, &pre);
+  } else {
+    tile_q8_0<K, 1, C, true>(n, w, 0, a, as, y, ys, nullptr, &pre);
+  }
+}
+
+// The operands of activation rows [c0, c1) (row c at a + c * as) for PreActs: K::Av of every block
+// into av (nb per row) and the blocks' fp16 scales as floats into d (against Q8_0: d; Q8_1: d, s).
+template <class K>
+void prepare_acts(int64_t nb, const uint8_t* a, size_t as, int64_t c0, int64_t c1, typename K::Av* av, float* d) {
+  constexpr size_t AB = K::kQ81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  constexpr int per = K::kQ81 ? 2 : 1;  // floats per block
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* row = a + static_cast<size_t>(c) * as;
+    typename K::Av* avc = av + (c - c0) * nb;
+    float* dc = d + (c - c0) * nb * per;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + static_cast<size_t>(b) * AB;
+      avc[b] = K::Av::prep(blk);
+      if constexpr (K::kQ81) {
+        dc[2 * b] = load_f16(blk + kQ81_d);
+        dc[2 * b + 1] = load_f16(blk + kQ81_s);
+      } else {
+        dc[b] = load_f16(blk + kQ80_d);
+      }
+    }
+  }
+}
+
 template <class K>
 float vec_dot_q32(int64_t n, const void* vw, const void* va) {
   float y;
@@ -487,7 +550,8 @@ float vec_dot_q32(int64_t n, const void* vw, const void* va) {
 
 // Matrix-vector products: tiles of 4 rows, each prefetching the next tile's rows. Batches: 1 x 4
 // tiles (a weight block decoded once for 4 activation rows) over blocks of 16 activation rows
-// (kept in cache while every row passes over them).
+// (kept in cache while every row passes over them), whose operands are prepared once per block
+// (PreActs: not once per weight row).
 template <class K>
 void gemm_q32(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size_t as, int64_t nc, float* y,
               int64_t ys) {
@@ -505,13 +569,46 @@ void gemm_q32(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, 
     return;
   }
   constexpr int64_t kActBlock = 16;
+  const int64_t nb = n / 32;
+  if (nb < 4) {  // no four-block group: nothing to share
+    for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t c0 = 0; c0 < nc; c0 += 4) {
+        const int64_t cc = nc - c0 < 4 ? nc - c0 : 4;
+        kCols[cc - 1](n, w + static_cast<size_t>(r) * ws, ws, a + static_cast<size_t>(c0) * as, as, y + c0 * ys + r, ys,
+                      nullptr);
+      }
+    }
+    return;
+  }
+  constexpr int per = K::kQ81 ? 2 : 1;
+  thread_local std::vector<typename K::Av> av_buf;
+  thread_local std::vector<float> d_buf;
+  const size_t need = static_cast<size_t>(kActBlock * nb);
+  if (av_buf.size() < need) av_buf.resize(need);
+  if (d_buf.size() < need * per) d_buf.resize(need * per);
   for (int64_t cb = 0; cb < nc; cb += kActBlock) {
     const int64_t ce = cb + kActBlock < nc ? cb + kActBlock : nc;
+    prepare_acts<K>(nb, a, as, cb, ce, av_buf.data(), d_buf.data());
     for (int64_t r = 0; r < nr; ++r) {
       for (int64_t c0 = cb; c0 < ce; c0 += 4) {
         const int64_t cc = ce - c0 < 4 ? ce - c0 : 4;
-        kCols[cc - 1](n, w + static_cast<size_t>(r) * ws, ws, a + static_cast<size_t>(c0) * as, as, y + c0 * ys + r, ys,
-                      nullptr);
+        const uint8_t* wr = w + static_cast<size_t>(r) * ws;
+        const uint8_t* ac = a + static_cast<size_t>(c0) * as;
+        float* yc = y + c0 * ys + r;
+        auto pre = [&]<int C>() {
+          PreActs<K, C> p;
+          for (int c = 0; c < C; ++c) {
+            p.av[c] = av_buf.data() + (c0 - cb + c) * nb;
+            p.d[c] = d_buf.data() + (c0 - cb + c) * nb * per;
+          }
+          run_tile_pre<K, C>(n, wr, ac, as, yc, ys, p);
+        };
+        switch (cc) {
+          case 1: kCols[0](n, wr, ws, ac, as, yc, ys, nullptr); break;
+          case 2: pre.template operator()<2>(); break;
+          case 3: pre.template operator()<3>(); break;
+          default: pre.template operator()<4>(); break;
+        }
       }
     }
   }
