@@ -4,12 +4,13 @@
 // together 4 per cycle use different pipes; together 2 per cycle, the same ones. The clock is
 // estimated from a chain of dependent integer adds (one per cycle).
 //
-// Not part of the build (it needs AVX-512 VNNI and GFNI, and times itself):
-//   g++ -O2 -march=native bench/isa_ports.cpp -o /tmp/isa_ports && /tmp/isa_ports
-// docs/kernels.md has what it measured on a Zen 5 VM and what the kernels made of it.
+// Built as build/isa_ports; runs on an x86-64 CPU with AVX-512 VNNI and GFNI (elsewhere it says
+// so and exits). docs/kernels.md has what it measured on a Zen 5 VM and what the kernels made of it.
 
 #include <chrono>
 #include <cstdio>
+
+#if defined(__x86_64__)
 
 namespace {
 
@@ -71,6 +72,11 @@ const char* label(const char* a) {
 #define TERN "vpternlogd $0xf8,%%zmm14,%%zmm15,"
 
 int main() {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("gfni")) {
+    std::printf("isa_ports: needs AVX-512 (F, BW, VNNI) and GFNI; this CPU lacks one\n");
+    return 0;
+  }
   const long n = 50000000;
   const double tc = seconds([](long k) {
     long x = 0;
@@ -117,3 +123,12 @@ int main() {
   MEASURE(TERN, SHUFB);
   return 0;
 }
+
+#else
+
+int main() {
+  std::printf("isa_ports: x86-64 only\n");
+  return 0;
+}
+
+#endif
