@@ -1,5 +1,6 @@
 // The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) on ymm registers: vec_dot and
-// gemm (tiles of 4 weight rows x 1 activation row, 1 x 4 for batches), written once for an integer
+// gemm (tiles of 4 weight rows x 1 activation row; 1 x 4 for batches, whose activation operands are
+// prepared once per block of 16 activation rows: PreActs), written once for an integer
 // dot policy Dp and instantiated by kernels_avx2.cpp (vpmaddubsw + vpmaddwd) and
 // kernels_avxvnni.cpp (vpdpbusd). Both form the same exact int32 lane sums, so the two ISAs give
 // the same results. Also the AVX2 helpers these and kernels_avx2.cpp share. Include only from a
