@@ -3,29 +3,9 @@
 #include <vector>
 
 #include "les/model/ops.h"
+#include "les/quant/kernels.h"
 
 namespace les {
-namespace {
-
-// a . b over n floats as 16 interleaved partial sums (element d into sum d % 16), added pairwise at
-// the end, then the tail one by one. The compiler vectorizes the partial sums without
-// reassociating anything (one running sum was a chain of n dependent additions: about 4 cycles
-// per element); the order is fixed, so every schedule and thread count gives the same scores.
-inline float dot_f32(const float* a, const float* b, int n) {
-  float p[16] = {};
-  int d = 0;
-  for (; d + 16 <= n; d += 16) {
-    for (int k = 0; k < 16; ++k) p[k] += a[d + k] * b[d + k];
-  }
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int k = 0; k < w; ++k) p[k] += p[k + w];
-  }
-  float s = p[0];
-  for (; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
-
-}  // namespace
 
 void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride, const float* k_cache,
                       const float* v_cache, int n, int pos0, float* out, ThreadPool& pool) {
@@ -35,6 +15,7 @@ void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride,
   const int64_t n_pairs = static_cast<int64_t>(n) * s.n_head;
   const int n_kv_max = pos0 + n;
   auto sz = [](int64_t x) { return static_cast<size_t>(x); };
+  const KernelTable& kt = kernels();
   pool.parallel_for(n_pairs, 1, [&](int, int64_t b, int64_t e) {
     std::vector<float> sc(sz(n_kv_max));
     for (int64_t pidx = b; pidx < e; ++pidx) {
@@ -43,10 +24,10 @@ void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride,
       const int g = h / group;
       const int n_kv = pos0 + i + 1;
       const float* qv = q + sz(i) * sz(q_stride) + sz(h) * sz(hd);
-      for (int j = 0; j < n_kv; ++j) {
-        const float* kv = k_cache + sz(j) * sz(nk) + sz(g) * sz(hd);
-        sc[sz(j)] = dot_f32(kv, qv, hd) * s.scale;
-      }
+      // the scores: the keys (rows nk floats apart) times q, by the ISA's F32 product
+      gemm_rows(kt, Type::F32, hd, k_cache + sz(g) * sz(hd), sz(nk) * sizeof(float), n_kv, qv, sz(hd) * sizeof(float), 1,
+                sc.data(), n_kv);
+      for (int j = 0; j < n_kv; ++j) sc[sz(j)] *= s.scale;
       ops::softmax(sc.data(), n_kv);
       float* o = out + sz(i) * sz(s.n_head) * sz(hdv) + sz(h) * sz(hdv);
       const float* v0 = v_cache + sz(g) * sz(hdv);
