@@ -2,8 +2,8 @@
 // as a pair of ymm registers and the VEX-encoded vpdpbusd / vpdpwssd, for CPUs that have
 // AVX-VNNI without AVX-512. Compiled with -mavx2 -mfma -mf16c -mbmi2 -mavxvnni (CMake keys on the
 // _avxvnni suffix); reached only through the kernel table after the dispatcher has checked the
-// CPU. Float types, the 32-element block types but Q8_0 (see below) and the activation
-// quantizers are the AVX2 ones (inherited).
+// CPU. The 32-element block types but Q8_0 are AVX2's kernels (kernels_q32_x86.h) with vpdpbusd;
+// float types and the activation quantizers are the AVX2 ones (inherited).
 
 #include <immintrin.h>
 
@@ -53,9 +53,9 @@ void set_int(KernelTable& t, Type ty) {
 
 }  // namespace
 
-// The 32-element block types other than Q8_0 stay with their AVX2 kernels: with one row per tile
-// their matrix-vector products were 15-30% slower than AVX2's on a Zen 5 (bench_kernels), and
-// decode matters more than the batched products they would gain.
+// The 32-element block types other than Q8_0 take AVX2's kernels with vpdpbusd (set_q32), not
+// the ymm-pair tiles: with one row per tile those tiles' matrix-vector products were 15-30%
+// slower than AVX2's on a Zen 5 (bench_kernels), and decode matters more than batches.
 void fill_kernel_table_avx_vnni(KernelTable& t) {
   set_int<tiles::KQ45<false>>(t, Type::Q4_K);
   set_int<tiles::KQ45<true>>(t, Type::Q5_K);
