@@ -1,11 +1,14 @@
 // The device probe: it measures what a (fake) device model delivers, read shaping follows it,
 // its cache survives bad files and keeps other devices' entries, and the decode ceiling built on
 // it bounds what the engine achieves (above ~105% would mean the probe is wrong).
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -201,6 +204,105 @@ TEST(DeviceProbe, ReadShapingFollowsTheProbe) {
   EXPECT_EQ(c.chunk, 256u << 10);
 }
 
+// The decode ceiling scales the idle ceiling by what the loaded points keep of the same order
+// with idle cores (sweep, else cold whole experts), never above 1.
+TEST(DeviceProbe, LoadedFactorScalesTheCeiling) {
+  DeviceProbe p;
+  p.expert_bytes = 1 << 20;
+  auto with = [](ProbePoint x, ProbePoint::Pattern pat) {
+    x.pattern = pat;
+    return x;
+  };
+  p.points = {pt(1 << 20, true, 1, 900), pt(256 << 10, false, 8, 2500),
+              with(pt(1 << 20, true, 1, 1000), ProbePoint::sweep), with(pt(1 << 20, true, 4, 2000), ProbePoint::sweep)};
+  EXPECT_FALSE(p.has_loaded());
+  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1.0);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 2500);  // no loaded points: the idle ceiling
+  p.points.push_back(with(pt(1 << 20, true, 1, 500), ProbePoint::loaded));
+  p.points.push_back(with(pt(1 << 20, true, 4, 1200), ProbePoint::loaded));
+  EXPECT_TRUE(p.has_loaded());
+  EXPECT_DOUBLE_EQ(p.idle_ceiling_mbs(8), 2500);        // loaded points are not idle ones
+  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1200.0 / 2000);  // depth 4: loaded 1200 of the sweep's 2000
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 1500);             // the 64 KiB chunks' 2500 x 0.6
+  EXPECT_DOUBLE_EQ(p.loaded_factor(2), 0.5);            // depth 1: 500 of 1000
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(2), 500);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(0), 0);
+  // Without sweep points the reference is cold whole experts (900 at depth 1).
+  DeviceProbe q = p;
+  q.points.erase(std::remove_if(q.points.begin(), q.points.end(),
+                                [](const ProbePoint& x) { return x.pattern == ProbePoint::sweep; }),
+                 q.points.end());
+  EXPECT_DOUBLE_EQ(q.loaded_factor(1), 500.0 / 900);
+  // Loaded points faster than idle ones (noise) do not raise the ceiling.
+  p.points.push_back(with(pt(1 << 20, true, 1, 5000), ProbePoint::loaded));
+  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1.0);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 2500);
+}
+
+// Loaded points: the probe runs its load on the given threads at the lowest CPU priority while
+// it measures the engine's read order at every depth; the points and the load's thread count
+// survive the cache.
+TEST(DeviceProbe, LoadedPointsRunTheLoadAtIdlePriority) {
+  auto file = storage::make_memory_file(std::vector<uint8_t>(16 << 20, 7), "fake device", 4096);
+  storage::ProbeOptions po;
+  po.io_mode = storage::IoMode::fake;
+  po.io.fake.latency = std::chrono::microseconds(200);
+  po.io.fake.op_mbs = 400;
+  po.depths = {1, 4};
+  po.experts_per_layer = 8;
+  po.experts_per_token = 2;
+  po.point_seconds = 0.04;
+  po.idle_seconds = 0.005;
+  po.warm_set_bytes = 0;
+  std::atomic<uint64_t> iterations{0};
+  std::atomic<int> idle_priority{0}, threads_seen{0};
+  po.load_threads = 2;
+  po.load = [&](const std::atomic<bool>& stop) {
+    ++threads_seen;
+    if (::sched_getscheduler(0) == SCHED_IDLE || ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())) == 19) {
+      ++idle_priority;
+    }
+    while (!stop.load()) iterations.fetch_add(1, std::memory_order_relaxed);
+  };
+  const DeviceProbe p = storage::probe_device(file, synthetic_experts(), po);
+  EXPECT_EQ(threads_seen.load(), 2);
+  EXPECT_EQ(idle_priority.load(), 2);
+  EXPECT_GT(iterations.load(), 0u);
+  EXPECT_EQ(p.load_threads, 2);
+  int loaded = 0;
+  for (const ProbePoint& x : p.points) {
+    if (x.pattern != ProbePoint::loaded) continue;
+    ++loaded;
+    EXPECT_TRUE(x.whole_expert);
+    EXPECT_GT(x.sustained_mbs, 0);
+  }
+  EXPECT_EQ(loaded, 2);
+  EXPECT_TRUE(p.has_loaded());
+  EXPECT_GT(p.loaded_factor(16), 0);
+  EXPECT_LE(p.loaded_factor(16), 1);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(16), p.idle_ceiling_mbs(16) * p.loaded_factor(16));
+  const std::string table = storage::format_probe(p);
+  EXPECT_NE(table.find("loaded 0.38M"), std::string::npos) << table;
+  EXPECT_NE(table.find("while 2 threads compute"), std::string::npos) << table;
+
+  const std::string dir = temp_dir();
+  DeviceProbe named = p;
+  named.device = "dev 8:1 fs 0xef53";
+  storage::save_cached_probe(dir + "/probes.json", named);
+  const auto got = storage::load_cached_probe(dir + "/probes.json", named.device, p.alignment, p.expert_bytes, p.io_mode);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->load_threads, 2);
+  EXPECT_DOUBLE_EQ(got->ceiling_mbs(16), p.ceiling_mbs(16));
+  std::filesystem::remove_all(dir);
+
+  // No load: no loaded points, the ceiling is the idle one.
+  po.load_threads = 0;
+  const DeviceProbe idle = storage::probe_device(file, synthetic_experts(), po);
+  EXPECT_FALSE(idle.has_loaded());
+  EXPECT_EQ(idle.load_threads, 0);
+  EXPECT_DOUBLE_EQ(idle.ceiling_mbs(16), idle.idle_ceiling_mbs(16));
+}
+
 TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
   const std::string dir = temp_dir();
   const std::string cache = dir + "/sub/probes.json";
@@ -230,8 +332,8 @@ TEST(DeviceProbe, CacheKeepsEntriesAndSurvivesBadFiles) {
   EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, a.device, 4096, 1 << 20, "uring")->points[0].sustained_mbs, 1234);
   EXPECT_DOUBLE_EQ(storage::load_cached_probe(cache, b.device, 4096, 1 << 20, "uring")->points[0].burst_mbs, 3000);
   // A corrupt cache is ignored (a warning), and the next save rewrites it.
-  for (const char* junk : {"{not json", "[1, 2, 3]", "{\"version\": 2, \"probes\": [{\"device\": 5}]}",
-                           "{\"version\": 2, \"probes\": [{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", "
+  for (const char* junk : {"{not json", "[1, 2, 3]", "{\"version\": 3, \"probes\": [{\"device\": 5}]}",
+                           "{\"version\": 3, \"probes\": [{\"device\": \"dev 8:1 fs 0xef53\", \"file\": \"x\", "
                            "\"expert_bytes\": 1048576, \"expert_extents\": 1, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
                            "\"seconds\": 1, \"points\": [{\"request_bytes\": 0, \"whole_expert\": true, \"queue_depth\": "
                            "1, \"burst_mbs\": 1, \"sustained_mbs\": 1, \"latency_us\": 1, \"pattern\": \"cold\"}]}]}"}) {
@@ -336,11 +438,14 @@ TEST(DeviceProbe, CacheKeepsTheQuietProbe) {
                             "\"expert_extents\": 1, \"alignment\": 4096, \"io_mode\": \"uring\", \"probed_at\": 0, "
                             "\"seconds\": 1, %s\"points\": [{\"request_bytes\": 1048576, \"whole_expert\": true, "
                             "\"queue_depth\": 1, \"burst_mbs\": 9, \"sustained_mbs\": 9, \"latency_us\": 1, \"pattern\": \"cold\"}]}";
-  auto write_entry = [&](const char* extra) {
+  auto write_entry = [&](const char* extra, int version = 3) {
     char buf[1024];
     std::snprintf(buf, sizeof buf, entry.c_str(), extra);
-    std::ofstream(cache) << "{\"version\": 2, \"probes\": [" << buf << "]}";
+    std::ofstream(cache) << "{\"version\": " << version << ", \"probes\": [" << buf << "]}";
   };
+  // A version 2 cache (no loaded points) is not used: the disk is measured again.
+  write_entry("", 2);
+  EXPECT_FALSE(load().has_value());
   write_entry("");
   got = load();
   ASSERT_TRUE(got.has_value());

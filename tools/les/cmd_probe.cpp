@@ -33,7 +33,13 @@ int cmd_probe(int argc, char** argv) {
   std::fputs(storage::format_probe(r.probe).c_str(), stdout);
   std::printf("%s; cache: %s\n", r.cached ? "from the cache (--refresh measures again)" : "measured now",
               o.cache_path.empty() ? "none (set LES_PROBE_CACHE or HOME)" : o.cache_path.c_str());
-  std::printf("ceiling bandwidth at queue depth <= %d: %.0f MB/s\n", qd, r.probe.ceiling_mbs(qd));
+  if (r.probe.has_loaded()) {
+    std::printf("ceiling bandwidth at queue depth <= %d: %.0f MB/s while %d threads compute (the decode ceiling's); "
+                "%.0f MB/s with idle cores\n",
+                qd, r.probe.ceiling_mbs(qd), r.probe.load_threads, r.probe.idle_ceiling_mbs(qd));
+  } else {
+    std::printf("ceiling bandwidth at queue depth <= %d: %.0f MB/s\n", qd, r.probe.ceiling_mbs(qd));
+  }
   for (const Schedule s : {Schedule::ondemand, Schedule::lookahead}) {
     StreamingOptions so;
     so.schedule = s;

@@ -679,8 +679,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                       "(wait4). TTFT = load + prefill + first token.");
   rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
                              "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads through the "
-                             "row's loader (the device probe's best at queue depth <= %d, burst after idle or sustained: "
-                             "les probe shows it; the baseline and +lookahead rows read through the naive buffered "
+                             "row's loader (the device probe's best at queue depth <= %d, burst after idle or sustained, times the "
+                             "share of it the probe kept while every core computed, as decode reads overlap compute: "
+                             "les probe shows both; the baseline and +lookahead rows read through the naive buffered "
                              "loader, and their probe reads the same way); t_compute = %.2f ms per token, %s%s. The +speculation row's "
                              "compute term is plain decoding's, so speculation can pass 100%%.",
                              kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str(),

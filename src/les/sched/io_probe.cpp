@@ -2,12 +2,46 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
+#include <thread>
 
+#include "les/quant/kernels.h"
+#include "les/quant/types.h"
 #include "les/storage/expert_layout.h"
 #include "les/util/error.h"
 #include "les/util/progress.h"
 
 namespace les {
+
+namespace {
+
+// The probe's load: the decode's kind of compute, Q4_K matrix-vector products with the active
+// ISA's kernels over 8 MiB of weights per thread (about the L3 share of a core), until stop.
+void decode_like_load(const std::atomic<bool>& stop) {
+  constexpr int64_t kCols = 4096, kTile = 64;
+  const size_t rb = row_bytes(Type::Q4_K, kCols);
+  const int64_t rows = static_cast<int64_t>((size_t{8} << 20) / rb) / kTile * kTile;
+  std::vector<float> x(static_cast<size_t>(kCols));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (float& v : x) v = g(rng);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  quantize_row_ref(Type::Q4_K, x.data(), w.data(), kCols);
+  for (int64_t r = 1; r < rows; ++r) std::copy_n(w.data(), rb, w.data() + rb * static_cast<size_t>(r));
+  const KernelTable& k = kernels();
+  const Type at = act_type(Type::Q4_K);
+  std::vector<uint8_t> a(row_bytes(at, kCols));
+  k.quantize[static_cast<size_t>(at)](x.data(), a.data(), kCols);
+  std::vector<float> y(static_cast<size_t>(kTile));
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (int64_t r = 0; r < rows && !stop.load(std::memory_order_relaxed); r += kTile) {
+      gemm_rows(k, Type::Q4_K, kCols, w.data() + rb * static_cast<size_t>(r), rb, kTile, a.data(), a.size(), 1,
+                y.data(), kTile);
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<storage::ExpertExtents> model_expert_extents(const Model& model, size_t alignment) {
   const ExpertLayout layout(model, alignment);
@@ -50,6 +84,10 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o) {
   po.register_buffers = o.register_buffers;
   po.experts_per_layer = model.config().n_expert;  // model_expert_extents is layer-major
   po.experts_per_token = model.config().n_expert_used;
+  if (o.loaded) {
+    po.load_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    po.load = decode_like_load;
+  }
   if (o.quick) {
     po.depths = {1, 2, 4, 8, 16};
     po.point_seconds = 0.06;
@@ -113,7 +151,7 @@ IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t to
 
 std::string format_io_ceiling(const IoCeiling& c, int queue_depth) {
   return strfmt("ceiling (decode): 1 / max(t_io %.2f ms = %.2f MB/token at %.0f MB/s, the device probe's best at queue "
-                "depth <= %d; t_compute %.2f ms, the time per token not waiting for reads) = %.1f tok/s; decode "
+                "depth <= %d with the cores computing; t_compute %.2f ms, the time per token not waiting for reads) = %.1f tok/s; decode "
                 "%.1f tok/s = %.0f%% of it\n",
                 1e3 * c.t_io_s, c.mb_per_token, c.disk_mbs, queue_depth, 1e3 * c.t_compute_s, c.ceiling_tps, c.tps,
                 100 * c.of_ceiling) +

@@ -20,6 +20,9 @@ struct IoProbeOptions {
   bool quick = false;    // shorter points (tests): depths 1-16, 0.06 s per point; never cached
   bool progress = true;  // a progress line on stderr while measuring (when it is a terminal)
   bool register_buffers = true;  // as StreamingOptions::register_buffers
+  // Also measure the engine's read order while every core computes (storage::ProbePoint::loaded):
+  // the decode ceiling's bandwidth.
+  bool loaded = true;
 };
 
 struct IoProbeResult {
@@ -40,7 +43,7 @@ IoProbeOptions io_probe_options_for(const StreamingOptions& so);
 
 // The decode ceiling over one interval of decoding: `tokens` steps took `seconds`, read `bytes`
 // of experts and waited `stall_s` for reads. t_io = bytes per token / the device's ceiling
-// bandwidth, t_compute = the time per token not spent waiting for reads; ceiling = 1 /
+// bandwidth (DeviceProbe::ceiling_mbs: measured while the cores compute, as decode reads are), t_compute = the time per token not spent waiting for reads; ceiling = 1 /
 // max(t_io, t_compute). of_ceiling > ~1.05 means the reads beat the probe: a probe bug.
 struct IoCeiling {
   double mb_per_token = 0, disk_mbs = 0, t_io_s = 0, t_compute_s = 0, ceiling_tps = 0, tps = 0, of_ceiling = 0;

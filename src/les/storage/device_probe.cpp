@@ -1,5 +1,7 @@
 #include "les/storage/device_probe.h"
 
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -16,6 +18,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <unistd.h>
 
 #include "les/util/atomic_file.h"
 #include "les/util/cpu_share.h"
@@ -28,8 +31,37 @@ namespace {
 
 // Version 2: probes whose slots are one populated, huge-page backed, registered arena as the
 // engine's (version 1 read into separate small buffers and measured 2.5-4x less than the engine
-// gets on this VM's disk).
-constexpr int kCacheVersion = 2;
+// gets on this VM's disk). Version 3: loaded points (the decode ceiling's; version 2 probes have
+// none and would keep the idle figures the engine cannot reach while it computes).
+constexpr int kCacheVersion = 3;
+
+// Threads running the probe's load at the lowest CPU priority for their lifetime: the probe's
+// own thread preempts them whenever a completion wakes it, as the engine's decoding thread
+// would take its reads' completions between products.
+class IdleLoad {
+ public:
+  IdleLoad(int threads, const std::function<void(const std::atomic<bool>&)>& load) {
+    for (int i = 0; i < threads && load; ++i) {
+      threads_.emplace_back([this, &load] {
+        sched_param sp{};
+        if (::sched_setscheduler(0, SCHED_IDLE, &sp) != 0) {  // 0: this thread (Linux)
+          (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+        }
+        load(stop_);
+      });
+    }
+  }
+  ~IdleLoad() {
+    stop_.store(true);
+    for (std::thread& t : threads_) t.join();
+  }
+  IdleLoad(const IdleLoad&) = delete;
+  IdleLoad& operator=(const IdleLoad&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
 
 // Random requests of one probe point over the experts' extents.
 class RequestMaker {
@@ -172,6 +204,7 @@ nlohmann::json to_json(const DeviceProbe& p) {
   j["probed_at"] = p.probed_at;
   j["seconds"] = p.seconds;
   j["other_cpu"] = p.other_cpu;
+  j["load_threads"] = p.load_threads;
   nlohmann::json pts = nlohmann::json::array();
   for (const ProbePoint& x : p.points) {
     pts.push_back({{"request_bytes", x.request_bytes},
@@ -199,6 +232,8 @@ DeviceProbe from_json(const nlohmann::json& j) {
   p.seconds = j.at("seconds").get<double>();
   p.other_cpu = j.contains("other_cpu") ? j.at("other_cpu").get<double>() : -1;  // absent in older caches
   if (!(p.other_cpu >= -1 && p.other_cpu <= 1)) throw Error("other_cpu out of range");
+  p.load_threads = j.value("load_threads", 0);
+  if (p.load_threads < 0 || p.load_threads > 4096) throw Error("load_threads out of range");
   for (const auto& x : j.at("points")) {
     ProbePoint q;
     q.request_bytes = x.at("request_bytes").get<uint64_t>();
@@ -211,6 +246,7 @@ DeviceProbe from_json(const nlohmann::json& j) {
     if (pat == "cold") q.pattern = ProbePoint::cold;
     else if (pat == "warm") q.pattern = ProbePoint::warm;
     else if (pat == "sweep") q.pattern = ProbePoint::sweep;
+    else if (pat == "loaded") q.pattern = ProbePoint::loaded;
     else throw Error("unknown probe pattern '" + pat + "'");
     if (q.queue_depth < 1 || q.request_bytes == 0 || !(q.burst_mbs >= 0) || !(q.sustained_mbs >= 0)) {
       throw Error("a probe point is out of range");
@@ -258,15 +294,42 @@ std::string read_shaping_name(uint64_t chunk) {
 }
 
 const char* probe_pattern_name(ProbePoint::Pattern p) {
-  return p == ProbePoint::warm ? "warm" : p == ProbePoint::sweep ? "sweep" : "cold";
+  return p == ProbePoint::warm     ? "warm"
+         : p == ProbePoint::sweep  ? "sweep"
+         : p == ProbePoint::loaded ? "loaded"
+                                   : "cold";
 }
 
-double DeviceProbe::ceiling_mbs(int max_ops) const {
+namespace {
+// The best burst or sustained figure of the points within max_ops that `take` accepts.
+template <class Take>
+double best_within(const DeviceProbe& p, int max_ops, Take take) {
   double best = 0;
-  for (const ProbePoint& x : points) {
-    if (ops_of(x) <= max_ops) best = std::max({best, x.burst_mbs, x.sustained_mbs});
+  for (const ProbePoint& x : p.points) {
+    if (take(x) && p.ops_of(x) <= max_ops) best = std::max({best, x.burst_mbs, x.sustained_mbs});
   }
   return best;
+}
+}  // namespace
+
+bool DeviceProbe::has_loaded() const {
+  return std::any_of(points.begin(), points.end(), [](const ProbePoint& x) { return x.pattern == ProbePoint::loaded; });
+}
+
+double DeviceProbe::loaded_factor(int max_ops) const {
+  if (!has_loaded()) return 1.0;
+  const bool sweep = std::any_of(points.begin(), points.end(), [](const ProbePoint& x) { return x.pattern == ProbePoint::sweep; });
+  const double loaded = best_within(*this, max_ops, [](const ProbePoint& x) { return x.pattern == ProbePoint::loaded; });
+  const double idle = best_within(*this, max_ops, [sweep](const ProbePoint& x) {
+    return sweep ? x.pattern == ProbePoint::sweep : x.pattern == ProbePoint::cold && x.whole_expert;
+  });
+  return idle > 0 && loaded > 0 ? std::min(1.0, loaded / idle) : 1.0;
+}
+
+double DeviceProbe::ceiling_mbs(int max_ops) const { return idle_ceiling_mbs(max_ops) * loaded_factor(max_ops); }
+
+double DeviceProbe::idle_ceiling_mbs(int max_ops) const {
+  return best_within(*this, max_ops, [](const ProbePoint& x) { return x.pattern != ProbePoint::loaded; });
 }
 
 const ProbePoint* DeviceProbe::find(uint64_t request_bytes, int queue_depth) const {
@@ -376,7 +439,9 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
   }
   const bool sweep = opt.experts_per_layer > 0 && opt.experts_per_token > 0 &&
                      experts.size() % static_cast<size_t>(opt.experts_per_layer) == 0;
-  const size_t total = (sizes.size() + 1 + (warm_set.empty() ? 0 : 1) + (sweep ? 1 : 0)) * opt.depths.size();
+  const bool loaded = opt.load_threads > 0 && opt.load;
+  const size_t total =
+      (sizes.size() + 1 + (warm_set.empty() ? 0 : 1) + (sweep ? 1 : 0) + (loaded ? 1 : 0)) * opt.depths.size();
   uint64_t tag = 0;
   size_t done = 0;
   for (size_t si = 0; si <= sizes.size(); ++si) {
@@ -423,6 +488,18 @@ DeviceProbe probe_device(std::shared_ptr<ReadFile> file, const std::vector<Exper
       p.points.push_back(x);
       if (opt.progress) opt.progress(++done, total);
     }
+  }
+  if (loaded) {
+    RequestMaker load_maker(experts, file->alignment(), 19);
+    if (sweep) load_maker.sweep(opt.experts_per_layer, opt.experts_per_token);
+    const IdleLoad load(opt.load_threads, opt.load);
+    for (int d : opt.depths) {
+      ProbePoint x = measure_point(*eng, load_maker, bufs, 0, true, d, expert_bytes, opt, tag);
+      x.pattern = ProbePoint::loaded;
+      p.points.push_back(x);
+      if (opt.progress) opt.progress(++done, total);
+    }
+    p.load_threads = opt.load_threads;
   }
   p.seconds = now_s() - t0;
   p.other_cpu = other_cpu.share();
@@ -493,9 +570,13 @@ std::string format_probe(const DeviceProbe& p) {
     if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
   }
   std::string s = strfmt("device probe of %s (%s, %s, expert %.2f MiB, %.1f s%s): MB/s sustained / burst after idle, "
-                         "median latency (warm: re-reads of a working set read once before; sweep: k experts of a layer, layer after layer)\n",
+                         "median latency (warm: re-reads of a working set read once before; sweep: k experts of a layer, "
+                         "layer after layer%s)\n",
                          p.file.c_str(), p.device.c_str(), p.io_mode.c_str(), p.expert_bytes / 1048576.0, p.seconds,
-                         p.other_cpu < 0 ? "" : strfmt(", other work took %.0f%% of the CPU time", 100 * p.other_cpu).c_str());
+                         p.other_cpu < 0 ? "" : strfmt(", other work took %.0f%% of the CPU time", 100 * p.other_cpu).c_str(),
+                         p.load_threads > 0 ? strfmt("; loaded: the sweep while %d threads compute, the decode ceiling's",
+                                                     p.load_threads).c_str()
+                                            : "");
   if (p.taken_busy()) {
     s += "  taken on a busy machine: its bandwidths may be low (les probe --refresh on a quieter machine)\n";
   }

@@ -5,11 +5,17 @@
 //     that "of ceiling" says how close a schedule is to the limit (above ~105% is a bug);
 //   - read shaping: whether an expert's extent reads faster whole or as N aligned chunks in flight
 //     at once (`--read-chunk auto`).
+// Decode reads overlap the engine's compute, so the probe also measures the engine's read order
+// while every core computes ("loaded" points, when ProbeOptions::load is given): on a VM whose
+// host serves the disk beside the guest's CPUs the device reads slower then (measured on the
+// Zen 5 VM: about 10 GB/s with idle vCPUs, 5.6-6.6 GB/s with both computing; docs/io.md), and
+// the decode ceiling takes those points.
 // Probes are cached per device, file system and extent size (probing takes seconds), in a JSON
 // file (probe_cache_path()); `les probe --refresh` or `--probe-refresh` measure again. Each probe
 // records how much of the CPU time other work took while it ran (a busy machine under-measures).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,8 +40,10 @@ struct ProbePoint {
   //   warm:  re-reads of a small working set read once before (what a cache in front of the
   //          device, a VM host's or a controller's, gives the engine's re-reads of hot experts);
   //   sweep: the engine's decode order: k random experts of one layer, then of the next layer, ...
-  //          (a device or host that reads ahead or caches by region serves this faster).
-  enum Pattern : uint8_t { cold = 0, warm = 1, sweep = 2 };
+  //          (a device or host that reads ahead or caches by region serves this faster);
+  //   loaded: the sweep order (cold whole experts where the probe has no sweep) while every core
+  //          runs the engine's compute at the lowest CPU priority, as decode reads overlap it.
+  enum Pattern : uint8_t { cold = 0, warm = 1, sweep = 2, loaded = 3 };
   Pattern pattern = cold;
 };
 const char* probe_pattern_name(ProbePoint::Pattern p);
@@ -53,6 +61,7 @@ struct DeviceProbe {
   // processes, interrupts, a hypervisor's steal; util/cpu_share.h), 0-1; -1 unknown. A probe
   // taken on a busy machine completes and resubmits its reads late and under-measures the device.
   double other_cpu = -1;
+  int load_threads = 0;     // threads that computed beside the loaded points (0: none measured)
   std::vector<ProbePoint> points;
 
   // Taken while other work had more than kBusyShare of the CPU time.
@@ -61,9 +70,18 @@ struct DeviceProbe {
 
   // Ops in the device at a point: its depth, times expert_extents for whole experts.
   int ops_of(const ProbePoint& p) const { return p.whole_expert ? p.queue_depth * expert_extents : p.queue_depth; }
-  // The best bandwidth (MB/s) with at most max_ops ops in flight (the engine's queue depth): the
-  // largest of the burst and sustained figures of every point within it. 0 when no point is.
+  // The best bandwidth (MB/s) with idle cores and at most max_ops ops in flight (the engine's
+  // queue depth): the largest of the burst and sustained figures of every point but the loaded
+  // ones within it. 0 when no point is.
+  double idle_ceiling_mbs(int max_ops) const;
+  // How much of that the device gives while the cores compute: the best loaded point within
+  // max_ops over the best point of the same order (sweep, else cold whole experts) with idle
+  // cores, at most 1; 1 without loaded points.
+  double loaded_factor(int max_ops) const;
+  // The decode ceiling's bandwidth: idle_ceiling_mbs x loaded_factor (every request size and
+  // depth the probe measured, as read shaping may read, scaled by the compute's cost).
   double ceiling_mbs(int max_ops) const;
+  bool has_loaded() const;
   // The cold point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
   const ProbePoint* find(uint64_t request_bytes, int queue_depth) const;
   const ProbePoint* find_whole(int queue_depth) const;
@@ -102,6 +120,12 @@ struct ProbeOptions {
   IoMode io_mode = default_io_mode();  // uring where the kernel allows it, else pread
   IoOptions io{};               // fake-backend device model and faults (io_mode fake)
   bool register_buffers = true; // register the probe's slots with io_uring, as the engine does
+  // Loaded points: load_threads threads (0: none) call load(stop) at the lowest CPU priority
+  // (SCHED_IDLE, else nice 19) while those points are measured; load returns soon after stop is
+  // set. It stands for the engine's compute during decode (sched/io_probe.cpp: the decode's
+  // quantized matrix-vector products).
+  int load_threads = 0;
+  std::function<void(const std::atomic<bool>& stop)> load;
   std::function<void(size_t done, size_t total)> progress;  // per point
 };
 
