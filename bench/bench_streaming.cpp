@@ -1,7 +1,7 @@
 // Expert streaming benchmark: fully resident vs ondemand vs lookahead on the same model, prompt
 // and budget, in one run, medians of repeats (the configurations take turns within each repeat,
 // so drifts of the machine hit all of them alike). Also measures the disk's bandwidth for this
-// model's expert reads and prints the ceiling max(t_io, t_compute) per token.
+// model's expert reads and prints the decode ceiling per token (sched/io_probe.h).
 //
 //   bench_streaming -m MODEL --mem SIZE [-n TOKENS] [-t THREADS] [--reps R] [--io uring|pread|naive]
 //                   [--policy lru] [--predict-extra M] [--prefetch-budget X] [--json FILE]
@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
     const double t_compute = res ? std::min(1.0 / res->tps, od_compute) : od_compute;
     const double must_read_mb = static_cast<double>(od.total.bytes_demand) / 1e6 / static_cast<double>(od.tokens);
     const double t_io = must_read_mb / disk;
-    const double ceiling = 1.0 / std::max(t_io, t_compute);
+    const double ceiling = 1.0 / decode_ceiling_seconds(must_read_mb * 1e6, t_compute, disk, disk_mbs.idle);
     auto line = [&](const std::string& name, const Result& r) {
       const LayerStreamStats& t = r.total;
       const double tok = r.tokens ? static_cast<double>(r.tokens) : 1.0;
@@ -366,9 +366,10 @@ int main(int argc, char** argv) {
     std::printf("\ndisk: %.0f MB/s for this model's expert reads (queue depth %d) while the cores compute; %.0f MB/s "
                 "with idle cores\n",
                 disk, a.queue_depth, disk_mbs.idle);
-    std::printf("ceiling: max(t_io %.2f ms = %.2f MB/tok must-read / disk, t_compute %.2f ms (resident %s, "
-                "ondemand minus stalls %.2f)) -> %.2f tok/s\n\n",
-                1e3 * t_io, must_read_mb, 1e3 * t_compute, res ? strfmt("%.2f", 1e3 / res->tps).c_str() : "not run",
+    std::printf("ceiling: %.2f MB/tok must-read, at best beside the whole compute at the first disk figure (t_io %.2f "
+                "ms) and the rest after it at the second, t_compute %.2f ms (resident %s, ondemand minus stalls %.2f) "
+                "-> %.2f tok/s (sched/io_probe.h decode_ceiling_seconds)\n\n",
+                must_read_mb, 1e3 * t_io, 1e3 * t_compute, res ? strfmt("%.2f", 1e3 / res->tps).c_str() : "not run",
                 1e3 * od_compute, ceiling);
     bool same = true;
     for (size_t i = 0; i < configs.size(); ++i) {

@@ -475,6 +475,29 @@ TEST(DeviceProbe, CeilingArithmetic) {
   EXPECT_NE(format_io_ceiling(over, 8).find("--probe-refresh"), std::string::npos);
 }
 
+// Two disk rates: the reads beside the compute at the loaded rate, the rest after it at the idle
+// rate; one rate gives max(bytes / rate, compute).
+TEST(DeviceProbe, CeilingWithALoadedAndAnIdleRate) {
+  // 1 MB, 10 ms of compute, 50 MB/s beside it (0.5 MB), the other 0.5 MB at 100 MB/s: 15 ms.
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0.01, 50, 100), 0.015, 1e-12);
+  EXPECT_NEAR(decode_ceiling_seconds(4e5, 0.01, 50, 100), 0.01, 1e-12);   // all beside the compute
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0.01, 50, 50), 0.02, 1e-12);    // one rate: bytes / rate
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0.01, 50, 0), 0.02, 1e-12);     // idle unknown: the same
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0.01, 50, 30), 0.02, 1e-12);    // idle below loaded: loaded
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0.01, 0, 100), 0.01, 1e-12);    // no disk figure: compute
+  EXPECT_NEAR(decode_ceiling_seconds(1e6, 0, 50, 100), 0.01, 1e-12);      // no compute: idle rate
+  // No split of the reads between compute and waiting beats it: x bytes beside the compute (at
+  // most 50 MB/s x 10 ms) and the rest while waiting at 100 MB/s.
+  for (double x = 0; x <= 5e5; x += 5e4) EXPECT_GE(0.01 + (1e6 - x) / 100e6, 0.015 - 1e-12);
+  // io_ceiling: 10 tokens in 1 s, 5 MB each, 60 ms of compute: 3 MB beside it at 50 MB/s, 2 MB
+  // after it at 100 MB/s = 80 ms -> 12.5 tok/s, decode at 80% of it.
+  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, 50, 100);
+  EXPECT_NEAR(c.ceiling_tps, 12.5, 1e-9);
+  EXPECT_NEAR(c.of_ceiling, 0.8, 1e-9);
+  EXPECT_DOUBLE_EQ(c.idle_mbs, 100);
+  EXPECT_NE(format_io_ceiling(c, 8).find("100 MB/s with idle cores"), std::string::npos) << format_io_ceiling(c, 8);
+}
+
 // The engine on a fake device: --read-chunk auto picks chunks where the device serves parallel
 // ops faster, the output stays bit-identical, and the decode ceiling from the probe bounds the
 // decode speed the engine reaches (<= 105%). The fake device's timing is the host's: a probe
@@ -504,7 +527,7 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
   o.streaming.read_chunk_auto = true;
   o.probe_quick = true;
   std::string attempts;
-  double best_mbs = 0;
+  double best_mbs = 0, best_idle_mbs = 0;
   constexpr int kAttempts = 5;
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     Engine e(o);
@@ -520,6 +543,7 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
         << storage::format_probe(*e.device_probe());
     EXPECT_GT(e.io_ceiling_mbs(), 0);
     best_mbs = std::max(best_mbs, e.io_ceiling_mbs());
+    best_idle_mbs = std::max(best_idle_mbs, e.io_idle_ceiling_mbs());
 
     StreamingExperts* ex = e.experts();
     ASSERT_NE(ex, nullptr);
@@ -544,7 +568,7 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
     const LayerStreamStats t = ex->stats().total();
     ASSERT_GT(t.bytes_demand + t.bytes_prefetch, bytes0) << "the decode read nothing: no ceiling to check";
     const IoCeiling c = io_ceiling(t.bytes_demand + t.bytes_prefetch - bytes0, t.stall_s - stall0, secs,
-                                   static_cast<uint64_t>(got.n_generated - 1), best_mbs);
+                                   static_cast<uint64_t>(got.n_generated - 1), best_mbs, best_idle_mbs);
     std::printf("attempt %d: %s", attempt, format_io_ceiling(c, o.streaming.queue_depth).c_str());
     EXPECT_GT(c.t_io_s, 0);
     attempts += "attempt " + std::to_string(attempt) + ": " + format_io_ceiling(c, o.streaming.queue_depth) +

@@ -43,6 +43,10 @@ std::string format_json(const BenchReport& r) {
        num(r.disk_mbs_packed > 0 ? r.disk_mbs_packed : NAN) + ", \"mixed\": " +
        num(r.disk_mbs_mixed > 0 ? r.disk_mbs_mixed : NAN) + ", \"original_naive\": " +
        num(r.disk_mbs_original_naive > 0 ? r.disk_mbs_original_naive : NAN) + "},\n";
+  s += "  \"idle_disk_mb_s\": {\"original\": " + num(r.idle_mbs_original > 0 ? r.idle_mbs_original : NAN) +
+       ", \"packed\": " + num(r.idle_mbs_packed > 0 ? r.idle_mbs_packed : NAN) + ", \"mixed\": " +
+       num(r.idle_mbs_mixed > 0 ? r.idle_mbs_mixed : NAN) + ", \"original_naive\": " +
+       num(r.idle_mbs_original_naive > 0 ? r.idle_mbs_original_naive : NAN) + "},\n";
   s += "  \"compute_ms_per_token\": " + num(r.compute_ms_per_token) + ",\n";
   s += "  \"compute_ms_per_token_mixed\": " + num(r.compute_ms_per_token_mixed) + ",\n";
   s += "  \"compute_source\": " + str(r.compute_source) + ",\n";

@@ -110,8 +110,9 @@ struct FileProbe {
   int32_t n_layer = 0, n_expert = 0, n_embd = 0, n_vocab = 0;
   uint64_t expert_bytes_total = 0, file_bytes = 0;
   uint8_t packed = 0;
-  double disk_mbs = 0;       // direct I/O expert reads: the device probe's best at the rows' depth
+  double disk_mbs = 0;       // direct I/O expert reads: the device probe's decode bandwidth at the rows' depth
   double naive_disk_mbs = 0; // the same through the naive buffered loader (original's probe)
+  double idle_disk_mbs = 0, naive_idle_disk_mbs = 0;  // the same two with idle cores
   uint64_t read_chunk = 0;   // read shaping for lookahead rows on this file (0: whole reads)
   double whole_mbs = 0, chunk_mbs = 0;  // the probe's merits of whole reads and of that chunk
   uint64_t mem = 0;          // the budget (original's probe)
@@ -193,13 +194,16 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     po.progress = o.progress;
     const storage::DeviceProbe dp = probe_model_io(*model, po).probe;
     p.disk_mbs = dp.ceiling_mbs(kDiskProbeQueueDepth);
+    p.idle_disk_mbs = dp.idle_ceiling_mbs(kDiskProbeQueueDepth);
     if (original) {
       // The original file's streamed rows read through the naive buffered loader (pread into the
       // page cache, a copy, the pages dropped): their ceiling is what that path gets from the disk.
       IoProbeOptions pn = po;
       pn.io_mode = storage::IoMode::naive;
       pn.register_buffers = false;
-      p.naive_disk_mbs = probe_model_io(*model, pn).probe.ceiling_mbs(kDiskProbeQueueDepth);
+      const storage::DeviceProbe np = probe_model_io(*model, pn).probe;
+      p.naive_disk_mbs = np.ceiling_mbs(kDiskProbeQueueDepth);
+      p.naive_idle_disk_mbs = np.idle_ceiling_mbs(kDiskProbeQueueDepth);
     }
     // Read shaping as --read-chunk auto would choose it for the direct-I/O lookahead rows.
     StreamingOptions shaped;
@@ -307,6 +311,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.n_prompt = static_cast<int>(prompt.size());
   rep.disk_mbs_original = orig.disk_mbs;
   rep.disk_mbs_original_naive = orig.naive_disk_mbs;
+  rep.idle_mbs_original = orig.idle_disk_mbs;
+  rep.idle_mbs_original_naive = orig.naive_idle_disk_mbs;
 
   const bool mixed_runs = want(RowKind::mixed) && !o.mixed.empty();
   const bool spec_on_mixed = mixed_runs;
@@ -329,6 +335,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     if (!pk.packed) throw Error(strfmt("--packed file '%s' is not packed (make one with: les pack %s OUT)",
                                        packed_path.c_str(), o.model.c_str()));
     rep.disk_mbs_packed = pk.disk_mbs;
+    rep.idle_mbs_packed = pk.idle_disk_mbs;
     chunk_packed = pk.read_chunk;
     rep.notes.push_back(shaping_note("packed", pk));
   }
@@ -345,6 +352,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                                  o.mixed.c_str()));
     }
     rep.disk_mbs_mixed = mx.disk_mbs;
+    rep.idle_mbs_mixed = mx.idle_disk_mbs;
     chunk_mixed = mx.read_chunk;
     rep.notes.push_back(shaping_note("mixed", mx));
   }
@@ -637,15 +645,20 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     } else {
       r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
     }
+    const bool naive = s.plan.io == storage::IoMode::naive;
+    const bool mixed_file = s.plan.file == mixed_path && mixed_runs;
     const double probe = s.plan.resident ? kNaN
-                         : s.plan.file == o.model ? (s.plan.io == storage::IoMode::naive ? rep.disk_mbs_original_naive
-                                                                                         : rep.disk_mbs_original)
-                         : s.plan.file == mixed_path && mixed_runs ? rep.disk_mbs_mixed
-                                                                   : rep.disk_mbs_packed;
+                         : s.plan.file == o.model ? (naive ? rep.disk_mbs_original_naive : rep.disk_mbs_original)
+                         : mixed_file             ? rep.disk_mbs_mixed
+                                                  : rep.disk_mbs_packed;
+    const double idle = s.plan.resident ? kNaN
+                        : s.plan.file == o.model ? (naive ? rep.idle_mbs_original_naive : rep.idle_mbs_original)
+                        : mixed_file             ? rep.idle_mbs_mixed
+                                                 : rep.idle_mbs_packed;
     // The device probe's best bandwidth at the rows' queue depth (bursts after idle included),
-    // through the row's own loader: a row above ~105% of its ceiling read faster than the probe
-    // says the device can.
-    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, probe * 1e6, compute_s[s.group]);
+    // through the row's own loader, beside the compute and with idle cores: a row above ~105% of
+    // its ceiling read faster than the probe says the device can.
+    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, probe * 1e6, compute_s[s.group], idle * 1e6);
     r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
   }
   const RowResult* base = nullptr;
@@ -677,13 +690,15 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.notes.push_back("Each (row, repeat) ran in its own process from a cold expert cache and a cold page cache for "
                       "the file it streams; peak RSS, load time and time to first token are that process's own "
                       "(wait4). TTFT = load + prefill + first token.");
-  rep.notes.push_back(strfmt("Ceiling = 1 / max(t_io, t_compute): t_io = the MB per token the row used (read minus "
-                             "prefetched-and-never-used) / the disk's bandwidth for that file's expert reads through the "
-                             "row's loader (the device probe's best at queue depth <= %d, burst after idle or sustained, times the "
-                             "share of it the probe kept while every core computed, as decode reads overlap compute: "
-                             "les probe shows both; the baseline and +lookahead rows read through the naive buffered "
-                             "loader, and their probe reads the same way); t_compute = %.2f ms per token, %s%s. The +speculation row's "
-                             "compute term is plain decoding's, so speculation can pass 100%%.",
+  rep.notes.push_back(strfmt("Ceiling = 1 / (t_compute + what the reads need beyond it): the MB per token the row used "
+                             "(read minus prefetched-and-never-used) read at best beside the whole compute at the disk's "
+                             "bandwidth while every core computes, the rest after it at its bandwidth with idle cores "
+                             "(the device probe's best for that file's expert reads at queue depth <= %d through the "
+                             "row's loader, burst after idle or sustained; the loaded figure is that times the share the "
+                             "probe kept while every core computed; les probe shows both; the baseline and +lookahead "
+                             "rows read through the naive buffered loader, and their probe reads the same way); "
+                             "t_compute = %.2f ms per token, %s%s. The +speculation row's compute term is plain "
+                             "decoding's, so speculation can pass 100%%.",
                              kDiskProbeQueueDepth, rep.compute_ms_per_token, rep.compute_source.c_str(),
                              mixed_runs ? strfmt("; for the mixed file's rows %.2f ms per token (%s)",
                                                  rep.compute_ms_per_token_mixed,

@@ -84,6 +84,8 @@ struct BenchReport {
   // The device probe's best MB/s at the rows' queue depth for each file's expert reads (direct
   // I/O), and for the original file through the naive buffered loader (its rows' ceiling).
   double disk_mbs_original = 0, disk_mbs_packed = 0, disk_mbs_mixed = 0, disk_mbs_original_naive = 0;
+  // The same with idle cores (the disk_mbs_* figures are the device's while every core computes).
+  double idle_mbs_original = 0, idle_mbs_packed = 0, idle_mbs_mixed = 0, idle_mbs_original_naive = 0;
   double compute_ms_per_token = 0;  // the ceiling's compute term (the original weights)
   double compute_ms_per_token_mixed = 0;  // ... of the mixed file's rows (NaN when none ran)
   std::string compute_source;   // where it came from

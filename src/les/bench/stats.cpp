@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "les/sched/io_probe.h"
+
 namespace les::bench {
 
 namespace {
@@ -18,12 +20,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double ceiling_tps(double bytes_per_token, double disk_bytes_per_s, double compute_s_per_token) {
-  double t = 0;
+double ceiling_tps(double bytes_per_token, double disk_bytes_per_s, double compute_s_per_token,
+                   double idle_bytes_per_s) {
+  const double compute = known(compute_s_per_token) ? compute_s_per_token : 0.0;
+  double t = compute;
   if (known(disk_bytes_per_s) && std::isfinite(bytes_per_token) && bytes_per_token >= 0) {
-    t = bytes_per_token / disk_bytes_per_s;
+    t = decode_ceiling_seconds(bytes_per_token, compute, disk_bytes_per_s / 1e6,
+                               known(idle_bytes_per_s) ? idle_bytes_per_s / 1e6 : 0.0);
   }
-  if (known(compute_s_per_token)) t = std::max(t, compute_s_per_token);
   return t > 0 ? 1.0 / t : kNaN;
 }
 

@@ -77,6 +77,10 @@ double Engine::io_ceiling_mbs() const {
   return probe_ ? probe_->ceiling_mbs(opts_.streaming.queue_depth) : 0.0;
 }
 
+double Engine::io_idle_ceiling_mbs() const {
+  return probe_ ? probe_->idle_ceiling_mbs(opts_.streaming.queue_depth) : 0.0;
+}
+
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special) const {
   return tok_->encode(text, true, parse_special);
 }

@@ -134,27 +134,37 @@ IoProbeOptions io_probe_options_for(const StreamingOptions& so) {
   return o;
 }
 
-IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs) {
+double decode_ceiling_seconds(double bytes, double t_compute, double loaded_mbs, double idle_mbs) {
+  t_compute = std::max(0.0, t_compute);
+  if (!(loaded_mbs > 0)) return t_compute;
+  const double idle = idle_mbs > loaded_mbs ? idle_mbs : loaded_mbs;
+  const double overlapped = loaded_mbs * 1e6 * t_compute;  // bytes the disk gives beside the compute
+  return bytes <= overlapped ? t_compute : t_compute + (bytes - overlapped) / (idle * 1e6);
+}
+
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs,
+                     double idle_mbs) {
   IoCeiling c;
   if (tokens == 0 || seconds <= 0 || disk_mbs <= 0) return c;
   const double n = static_cast<double>(tokens);
   c.mb_per_token = static_cast<double>(bytes) / 1e6 / n;
   c.disk_mbs = disk_mbs;
+  c.idle_mbs = std::max(idle_mbs, disk_mbs);
   c.t_io_s = c.mb_per_token / disk_mbs;
   c.t_compute_s = std::max(0.0, seconds - stall_s) / n;
   c.tps = n / seconds;
-  const double t = std::max(c.t_io_s, c.t_compute_s);
+  const double t = decode_ceiling_seconds(c.mb_per_token * 1e6, c.t_compute_s, c.disk_mbs, c.idle_mbs);
   c.ceiling_tps = t > 0 ? 1.0 / t : 0.0;
   c.of_ceiling = c.ceiling_tps > 0 ? c.tps / c.ceiling_tps : 0.0;
   return c;
 }
 
 std::string format_io_ceiling(const IoCeiling& c, int queue_depth) {
-  return strfmt("ceiling (decode): 1 / max(t_io %.2f ms = %.2f MB/token at %.0f MB/s, the device probe's best at queue "
-                "depth <= %d with the cores computing; t_compute %.2f ms, the time per token not waiting for reads) = %.1f tok/s; decode "
-                "%.1f tok/s = %.0f%% of it\n",
-                1e3 * c.t_io_s, c.mb_per_token, c.disk_mbs, queue_depth, 1e3 * c.t_compute_s, c.ceiling_tps, c.tps,
-                100 * c.of_ceiling) +
+  return strfmt("ceiling (decode): %.2f MB/token read at %.0f MB/s beside the compute and %.0f MB/s with idle cores "
+                "(the device probe's best at queue depth <= %d; t_io %.2f ms at the first), t_compute %.2f ms (the "
+                "time per token not waiting for reads) = %.1f tok/s; decode %.1f tok/s = %.0f%% of it\n",
+                c.mb_per_token, c.disk_mbs, c.idle_mbs, queue_depth, 1e3 * c.t_io_s, 1e3 * c.t_compute_s,
+                c.ceiling_tps, c.tps, 100 * c.of_ceiling) +
          (c.of_ceiling > 1.05 ? "  above 105%: the reads ran faster than the device probe measured the disk (a probe "
                                 "taken on a busy machine, or a disk that changed speed); --probe-refresh measures again\n"
                               : "");

@@ -41,14 +41,25 @@ IoProbeResult probe_model_io(const Model& model, const IoProbeOptions& o);
 // The probe options an engine with these streaming options reads with.
 IoProbeOptions io_probe_options_for(const StreamingOptions& so);
 
+// Seconds per token at the decode ceiling: t_compute seconds of compute and `bytes` to read from
+// a disk that gives loaded_mbs (MB/s) while the cores compute and idle_mbs while they wait
+// (<= 0 or below loaded_mbs: loaded_mbs). At best the reads overlap the whole compute
+// (loaded_mbs x t_compute bytes) and the rest follow at idle_mbs: max(t_compute, t_compute +
+// (bytes - loaded_mbs x t_compute) / idle_mbs); with one rate that is max(t_compute, bytes / rate).
+// No schedule can be faster on such a disk, however it splits reads between compute and waits.
+double decode_ceiling_seconds(double bytes, double t_compute, double loaded_mbs, double idle_mbs);
+
 // The decode ceiling over one interval of decoding: `tokens` steps took `seconds`, read `bytes`
-// of experts and waited `stall_s` for reads. t_io = bytes per token / the device's ceiling
-// bandwidth (DeviceProbe::ceiling_mbs: measured while the cores compute, as decode reads are), t_compute = the time per token not spent waiting for reads; ceiling = 1 /
-// max(t_io, t_compute). of_ceiling > ~1.05 means the reads beat the probe: a probe bug.
+// of experts and waited `stall_s` for reads. t_io = bytes per token / the device's decode
+// bandwidth (DeviceProbe::ceiling_mbs: the share the disk keeps while the cores compute) and
+// idle_mbs its bandwidth with idle cores (DeviceProbe::idle_ceiling_mbs; 0: the same),
+// t_compute = the time per token not spent waiting for reads; ceiling = 1 / decode_ceiling_seconds. of_ceiling > ~1.05 means the reads beat the probe: a probe bug.
 struct IoCeiling {
-  double mb_per_token = 0, disk_mbs = 0, t_io_s = 0, t_compute_s = 0, ceiling_tps = 0, tps = 0, of_ceiling = 0;
+  double mb_per_token = 0, disk_mbs = 0, idle_mbs = 0, t_io_s = 0, t_compute_s = 0, ceiling_tps = 0, tps = 0,
+         of_ceiling = 0;
 };
-IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs);
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs,
+                     double idle_mbs = 0);
 std::string format_io_ceiling(const IoCeiling& c, int queue_depth);
 
 // Experts whose reads are in the device together under this schedule: on demand, a layer's
