@@ -15,6 +15,7 @@
 #include "les/bench/child.h"
 #include "les/bench/report.h"
 #include "les/bench/rows.h"
+#include "les/bench/run_row.h"
 #include "les/bench/stats.h"
 #include "les/util/error.h"
 #include "test_util.h"
@@ -149,6 +150,34 @@ TEST(BenchReport, ChartIsAPngOrSaysWhyNot) {
   std::filesystem::remove_all(dir);
 }
 
+// A run's result crosses the child's pipe with its tokens and a recorded routing; a payload of
+// the wrong shape is an error, not a misread.
+TEST(BenchChild, RunPayloadKeepsTokensAndRouting) {
+  RunMeasure m;
+  m.decode_tps = 12.5;
+  m.logits_hash = 0x1234;
+  const std::vector<int32_t> toks{5, 6, 7}, route{2, 1, 1, 9, -1};
+  for (const auto& r : {route, std::vector<int32_t>{}}) {
+    RunMeasure got;
+    std::vector<int32_t> t, rr{42};
+    decode_run(encode_run(m, toks, r), &got, &t, &rr);
+    EXPECT_DOUBLE_EQ(got.decode_tps, 12.5);
+    EXPECT_EQ(got.logits_hash, 0x1234u);
+    EXPECT_EQ(t, toks);
+    EXPECT_EQ(rr, r);
+  }
+  RunMeasure got;
+  std::vector<int32_t> t;
+  decode_run(encode_run(m, {}, route), &got, &t);  // routing not wanted: ignored
+  EXPECT_TRUE(t.empty());
+  std::string bad = encode_run(m, toks, route);
+  bad.pop_back();
+  EXPECT_THROW(decode_run(bad, &got, &t), Error);
+  std::string short_tokens = encode_run(m, toks).substr(0, sizeof(RunMeasure) + 4 + 8);  // says 3 tokens, holds 2
+  EXPECT_THROW(decode_run(short_tokens, &got, &t), Error);
+  EXPECT_THROW(decode_run("xy", &got, &t), Error);
+}
+
 TEST(BenchChild, ReturnsThePayloadErrorsAndTheChildsOwnPeakRss) {
   const ChildOutcome ok = run_in_child([] {
     // 64 MiB touched in the child only: its peak RSS, not the test process's.
@@ -203,7 +232,7 @@ TEST(BenchCmd, EveryRowOnTheTrainedModel) {
   // --mem 45M: the F16 model's cache holds ~9% of its experts, the q4_k_m file's ~30%, so every
   // streamed row reads experts while decoding (at --quick's 25% the q4_k_m file nearly fits).
   const int rc = test::run_les("bench --quick --mem 45M -m " + q(test::tiny_moe_path()) + " --mixed " + q(mixed) +
-                                   " --spec-oracle 0.8" + tokens + " --reps 1 --prompt-file " +
+                                   " --spec-oracle 0.8" + tokens + " --reps 2 --prompt-file " +
                                    q(test::shared_models() + "/tiny-moe-val.txt") + " --work-dir " + q(dir) +
                                    " --json " + q(json) + " --md " + q(md),
                                &err);
@@ -215,6 +244,10 @@ TEST(BenchCmd, EveryRowOnTheTrainedModel) {
   const auto j = nlohmann::json::parse(slurp(json));
   const std::string table = slurp(md);
   EXPECT_TRUE(j["hashes_ok"].get<bool>());
+  // Two repeats: the second runs the rows in reverse (the spec row and the routing oracles first,
+  // on what the warm-up recorded), and says so.
+  EXPECT_NE(table.find("in reverse order"), std::string::npos) << table;
+  EXPECT_NE(table.find("the warm-up's first streamed row"), std::string::npos) << table;
   EXPECT_EQ(j["mem_bytes"].get<uint64_t>(), uint64_t(45) << 20);
   EXPECT_DOUBLE_EQ(num(j["cache_share"]), num(j["rows"][1]["cache_share"]));
   const auto& rows = j["rows"];

@@ -159,9 +159,22 @@ TEST(Streaming, RoutingOracleReplaysTheRecordedRoutingExactly) {
   }
   EXPECT_EQ(oracle->lookup(17, 0), nullptr);
   EXPECT_EQ(oracle->lookup(-1, 0), nullptr);
+  // The recording crosses a pipe as integers (les bench): the copy replays the same routing.
+  const auto copy = std::make_shared<RoutingOracle>(RoutingOracle::unflatten(oracle->flatten()));
+  EXPECT_EQ(copy->flatten(), oracle->flatten());
+  ASSERT_EQ(copy->steps(), 17);
+  for (int l = 0; l < m->config().n_layer; ++l) EXPECT_EQ(*copy->lookup(16, l), *oracle->lookup(16, l));
+  std::vector<int32_t> flat = oracle->flatten();
+  EXPECT_THROW(RoutingOracle::unflatten(std::span<const int32_t>(flat.data(), flat.size() - 1)), Error);  // ends early
+  flat.push_back(3);
+  EXPECT_THROW(RoutingOracle::unflatten(flat), Error);  // trailing data
+  EXPECT_THROW(RoutingOracle::unflatten(std::vector<int32_t>{0, 1}), Error);  // no layers
+  EXPECT_THROW(RoutingOracle::unflatten(std::vector<int32_t>{1, 1, -2}), Error);  // a negative count
+  EXPECT_EQ(RoutingOracle::unflatten(std::vector<int32_t>{2, 1, -1, 1, 5}).lookup(0, 0), nullptr);
+  EXPECT_EQ(*RoutingOracle::unflatten(std::vector<int32_t>{2, 1, -1, 1, 5}).lookup(0, 1), std::vector<int32_t>{5});
   for (int depth : {1, 2, 5}) {
     StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::pread, 64);
-    o.oracle = oracle;
+    o.oracle = depth == 2 ? copy : oracle;
     o.oracle_depth = depth;
     StreamingExperts ex(*m, o);
     EXPECT_EQ(run_hashes(*m, &ex, 1, 16), ref) << "depth " << depth;

@@ -84,7 +84,8 @@ void warm_page_cache(const std::string& path) {
   ::close(fd);
 }
 
-RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<int32_t>* generated) {
+RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<int32_t>* generated,
+                        std::vector<int32_t>* routing) {
   EngineOptions eo;
   eo.model_path = plan.file;
   eo.context = ContextParams{.n_ctx = in.n_ctx(), .n_threads = in.threads, .n_batch = 256};
@@ -106,7 +107,12 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
     eo.streaming.schedule = plan.schedule;
     eo.streaming.io_mode = plan.io;
     eo.streaming.read_chunk = plan.read_chunk;
-    if (plan.oracle) {
+    if (plan.oracle && !in.routing.empty()) {
+      // The routing of an earlier run of the same weights and tokens (logits are identical
+      // across schedules, so the routing is too).
+      eo.streaming.oracle = std::make_shared<RoutingOracle>(RoutingOracle::unflatten(in.routing));
+      eo.streaming.oracle_depth = plan.oracle_depth;
+    } else if (plan.oracle) {
       // The recording run: same prompt and generation, so the same routing (logits are identical
       // across schedules), by an engine of its own that is gone before the measured one loads.
       const int n_layer = config_from_gguf(gguf::read_file(plan.file), plan.file).n_layer;
@@ -131,6 +137,12 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
     if (plan.resident_memory != ResidentMemory::read) warm_page_cache(plan.file);
   } else {
     drop_page_cache(plan.file);
+  }
+
+  if (routing != nullptr && !plan.resident && !plan.oracle) {
+    const int n_layer = config_from_gguf(gguf::read_file(plan.file), plan.file).n_layer;
+    eo.streaming.oracle = std::make_shared<RoutingOracle>(n_layer);
+    eo.streaming.oracle_record = true;
   }
 
   RunMeasure m;
@@ -164,23 +176,40 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
   m.spec_drafted = g.st.spec.drafted;
   m.spec_accepted = g.st.spec.accepted;
   m.spec_released_at = g.st.spec.released_at;
+  if (routing != nullptr && eo.streaming.oracle_record) *routing = eo.streaming.oracle->flatten();
   return m;
 }
 
-std::string encode_run(const RunMeasure& m, const std::vector<int32_t>& tokens) {
-  std::string s(sizeof m + tokens.size() * sizeof(int32_t), '\0');
-  std::memcpy(s.data(), &m, sizeof m);
-  if (!tokens.empty()) std::memcpy(s.data() + sizeof m, tokens.data(), tokens.size() * sizeof(int32_t));
+// Layout: RunMeasure, the token count (uint32), the tokens, the routing's integers (the rest).
+std::string encode_run(const RunMeasure& m, const std::vector<int32_t>& tokens, const std::vector<int32_t>& routing) {
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  std::string s(sizeof m + sizeof n + (tokens.size() + routing.size()) * sizeof(int32_t), '\0');
+  char* at = s.data();
+  std::memcpy(at, &m, sizeof m);
+  at += sizeof m;
+  std::memcpy(at, &n, sizeof n);
+  at += sizeof n;
+  if (!tokens.empty()) std::memcpy(at, tokens.data(), tokens.size() * sizeof(int32_t));
+  at += tokens.size() * sizeof(int32_t);
+  if (!routing.empty()) std::memcpy(at, routing.data(), routing.size() * sizeof(int32_t));
   return s;
 }
 
-void decode_run(const std::string& bytes, RunMeasure* m, std::vector<int32_t>* tokens) {
-  if (bytes.size() < sizeof(RunMeasure) || (bytes.size() - sizeof(RunMeasure)) % sizeof(int32_t) != 0) {
+void decode_run(const std::string& bytes, RunMeasure* m, std::vector<int32_t>* tokens, std::vector<int32_t>* routing) {
+  const size_t head = sizeof(RunMeasure) + sizeof(uint32_t);
+  uint32_t n = 0;
+  if (bytes.size() >= head) std::memcpy(&n, bytes.data() + sizeof(RunMeasure), sizeof n);
+  if (bytes.size() < head || (bytes.size() - head) % sizeof(int32_t) != 0 || (bytes.size() - head) / sizeof(int32_t) < n) {
     throw Error(strfmt("a measuring process returned %zu bytes, not a run's result", bytes.size()));
   }
   std::memcpy(m, bytes.data(), sizeof(RunMeasure));
-  tokens->resize((bytes.size() - sizeof(RunMeasure)) / sizeof(int32_t));
-  if (!tokens->empty()) std::memcpy(tokens->data(), bytes.data() + sizeof(RunMeasure), tokens->size() * sizeof(int32_t));
+  const size_t total = (bytes.size() - head) / sizeof(int32_t);
+  tokens->resize(n);
+  if (n > 0) std::memcpy(tokens->data(), bytes.data() + head, n * sizeof(int32_t));
+  if (routing != nullptr) {
+    routing->resize(total - n);
+    if (total > n) std::memcpy(routing->data(), bytes.data() + head + n * sizeof(int32_t), (total - n) * sizeof(int32_t));
+  }
 }
 
 }  // namespace les::bench

@@ -41,6 +41,9 @@ struct RowPlan {
 struct RunInputs {
   std::vector<int32_t> prompt;
   std::vector<int32_t> recording;         // oracle drafter: prompt + the base row's greedy tokens
+  // Routing oracle rows: the routing of an earlier run of the same weights and tokens
+  // (RoutingOracle::flatten); empty: the row records it with an untimed run of its own first.
+  std::vector<int32_t> routing;
   int n_gen = 64;
   int threads = 2;
   int draft_max = 6;
@@ -67,13 +70,17 @@ struct RunMeasure {
 };
 static_assert(std::is_trivially_copyable_v<RunMeasure>);
 
-// Throws les::Error (missing file, budget too small, a failed read, ...).
-RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<int32_t>* generated);
+// Throws les::Error (missing file, budget too small, a failed read, ...). With routing (a streamed
+// row that is not a routing oracle), the run also records its routing into it (flattened).
+RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<int32_t>* generated,
+                        std::vector<int32_t>* routing = nullptr);
 
-// RunMeasure + generated tokens <-> bytes (same program on both ends of the pipe).
-std::string encode_run(const RunMeasure& m, const std::vector<int32_t>& tokens);
+// RunMeasure + generated tokens + a flattened routing <-> bytes (same program on both ends of the pipe).
+std::string encode_run(const RunMeasure& m, const std::vector<int32_t>& tokens,
+                       const std::vector<int32_t>& routing = {});
 // Throws les::Error for a payload of the wrong size.
-void decode_run(const std::string& bytes, RunMeasure* m, std::vector<int32_t>* tokens);
+void decode_run(const std::string& bytes, RunMeasure* m, std::vector<int32_t>* tokens,
+                std::vector<int32_t>* routing = nullptr);
 
 // Drops a file's pages from the page cache (a cold start for the next reader); best effort.
 void drop_page_cache(const std::string& path);

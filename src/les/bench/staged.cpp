@@ -493,27 +493,40 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   }
 
   // --- the runs: a warm-up repeat, then the counted ones, rows interleaved ---
+  // The warm-up and odd-numbered repeats run the slots in order, even-numbered ones in reverse: on
+  // a VM a run reads faster right after another run over the same file (the host caches), so a
+  // fixed order would favour whichever row comes second on a file. What the warm-up records (the
+  // greedy tokens for the oracle drafter, each group's routing for the routing oracle) serves every
+  // repeat: outputs and routing are identical across schedules.
   uint64_t group_hash[2] = {0, 0};
   std::string group_first[2];
+  std::vector<int32_t> recording[2];
+  std::vector<int32_t> routing[2];
   for (int r = -1; r < o.reps; ++r) {
     const std::string rep_name = r < 0 ? std::string("warm-up") : strfmt("repeat %d/%d", r + 1, o.reps);
-    std::vector<int32_t> recording[2];
-    for (Slot& s : slots) {
+    std::vector<Slot*> order;
+    for (Slot& s : slots) order.push_back(&s);
+    if (r % 2 == 1) std::reverse(order.begin(), order.end());
+    for (Slot* sp : order) {
+      Slot& s = *sp;
       if (s.dropped) continue;
       RunInputs in;
       in.prompt = prompt;
       in.n_gen = o.n_gen;
       in.threads = o.threads;
       if (s.plan.drafter == "oracle") in.recording = recording[s.group];
+      if (s.oracle) in.routing = routing[s.group];
+      const bool record_routing = r < 0 && !s.oracle && !s.plan.resident && s.plan.drafter.empty() &&
+                                  routing[s.group].empty();
       const std::string prefix = strfmt("les bench: %s, %s", rep_name.c_str(), s.label.c_str());
       if (o.progress && o.tty) {
         in.progress_prefix = prefix;
         say(prefix);
       }
       const ChildOutcome out = run_in_child([&]() {
-        std::vector<int32_t> toks;
-        const RunMeasure m = run_row_once(s.plan, in, &toks);
-        return encode_run(m, toks);
+        std::vector<int32_t> toks, route;
+        const RunMeasure m = run_row_once(s.plan, in, &toks, record_routing ? &route : nullptr);
+        return encode_run(m, toks, route);
       });
       InterruptGuard::check();
       if (!out.ok && r < 0 && !s.plan.drafter.empty()) {
@@ -531,8 +544,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
         throw Error(strfmt("%s (%s): %s", s.label.c_str(), rep_name.c_str(), out.error.c_str()));
       }
       RunMeasure m;
-      std::vector<int32_t> toks;
-      decode_run(out.payload, &m, &toks);
+      std::vector<int32_t> toks, route;
+      decode_run(out.payload, &m, &toks, &route);
+      if (record_routing && !route.empty()) routing[s.group] = std::move(route);
       if (!o.tty) say(strfmt("%s: decode %.2f tok/s, prefill %.1f tok/s (%.1f s)", prefix.c_str(), m.decode_tps,
                              m.prefill_tps, out.wall_s));
       // Equal outputs where they must be.
@@ -690,6 +704,11 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.notes.push_back("Each (row, repeat) ran in its own process from a cold expert cache and a cold page cache for "
                       "the file it streams; peak RSS, load time and time to first token are that process's own "
                       "(wait4). TTFT = load + prefill + first token.");
+  if (o.reps > 1) {
+    rep.notes.push_back("The rows ran in the order shown in the warm-up and odd-numbered repeats and in reverse order "
+                        "in even-numbered ones: a run that follows another run over the same file can read faster "
+                        "(a VM host's cache), so a fixed order would favour the later row.");
+  }
   rep.notes.push_back(strfmt("Ceiling = 1 / (t_compute + what the reads need beyond it): the MB per token the row used "
                              "(read minus prefetched-and-never-used) read at best beside the whole compute at the disk's "
                              "bandwidth while every core computes, the rest after it at its bandwidth with idle cores "
@@ -708,8 +727,9 @@ BenchReport run_staged_bench(const BenchOptions& o) {
                                                  .c_str()
                                         : ""));
   if (o.oracles) {
-    rep.notes.push_back(strfmt("Routing oracle: the same row with the routing of an untimed recording run replayed as "
-                               "a perfect guess %d layer%s ahead (routing_oracle.h).",
+    rep.notes.push_back(strfmt("Routing oracle: the same row with the routing the warm-up's first streamed row of the "
+                               "same weights recorded (identical across schedules) replayed as a perfect guess %d "
+                               "layer%s ahead (routing_oracle.h).",
                                o.oracle_depth, o.oracle_depth == 1 ? "" : "s"));
   }
   if (spec_runs && drafter_kind != "oracle") {

@@ -24,6 +24,13 @@ class RoutingOracle {
   // The recorded selection, or nullptr if that step and layer were not recorded.
   const std::vector<int32_t>* lookup(int64_t step, int layer) const;
   int64_t steps() const { return static_cast<int64_t>(steps_.size()); }
+  int n_layer() const { return n_layer_; }
+
+  // The recording as plain integers (to cross a pipe): n_layer, steps, then per step and layer
+  // the count of ids (-1: not recorded) and the ids.
+  std::vector<int32_t> flatten() const;
+  // The inverse; throws les::Error on a malformed sequence.
+  static RoutingOracle unflatten(std::span<const int32_t> flat);
 
  private:
   int n_layer_;
