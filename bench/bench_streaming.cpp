@@ -299,8 +299,12 @@ int main(int argc, char** argv) {
       run_once(*cf.model, &ex, a, prompt);
     }
     std::vector<std::vector<Result>> runs(configs.size());
+    // Odd-numbered repeats run the configurations in reverse: on a VM a run right after another
+    // run over the same file can read faster (the host caches), which a fixed order would give to
+    // the same configurations every time.
     for (int rep = 0; rep < a.reps; ++rep) {
-      for (size_t ci = 0; ci < configs.size(); ++ci) {
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const size_t ci = rep % 2 ? configs.size() - 1 - k : k;
         const Config& cf = configs[ci];
         if (cf.resident) {
           runs[ci].push_back(run_once(*resident, nullptr, a, prompt));
