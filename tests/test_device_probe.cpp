@@ -204,38 +204,43 @@ TEST(DeviceProbe, ReadShapingFollowsTheProbe) {
   EXPECT_EQ(c.chunk, 256u << 10);
 }
 
-// The decode ceiling scales the idle ceiling by what the loaded points keep of the same order
-// with idle cores (sweep, else cold whole experts), never above 1.
+// The decode ceiling scales the idle ceiling by the median share the loaded points keep of the
+// same order with idle cores (sweep, else cold whole experts), sustained figures, never above 1.
 TEST(DeviceProbe, LoadedFactorScalesTheCeiling) {
   DeviceProbe p;
   p.expert_bytes = 1 << 20;
-  auto with = [](ProbePoint x, ProbePoint::Pattern pat) {
+  auto with = [](ProbePoint x, ProbePoint::Pattern pat, double burst = -1) {
     x.pattern = pat;
+    if (burst >= 0) x.burst_mbs = burst;
     return x;
   };
-  p.points = {pt(1 << 20, true, 1, 900), pt(256 << 10, false, 8, 2500),
-              with(pt(1 << 20, true, 1, 1000), ProbePoint::sweep), with(pt(1 << 20, true, 4, 2000), ProbePoint::sweep)};
+  p.points = {pt(1 << 20, true, 1, 900), pt(256 << 10, false, 8, 2500), with(pt(1 << 20, true, 1, 1000), ProbePoint::sweep),
+              with(pt(1 << 20, true, 4, 2000), ProbePoint::sweep), with(pt(1 << 20, true, 8, 2000), ProbePoint::sweep)};
   EXPECT_FALSE(p.has_loaded());
-  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1.0);
+  EXPECT_DOUBLE_EQ(p.loaded_factor(), 1.0);
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 2500);  // no loaded points: the idle ceiling
-  p.points.push_back(with(pt(1 << 20, true, 1, 500), ProbePoint::loaded));
+  // Shares 0.5, 0.6 and 0.9 at depths 1, 4, 8; a loaded burst far above everything (noise) counts
+  // for nothing.
+  p.points.push_back(with(pt(1 << 20, true, 1, 500), ProbePoint::loaded, 9000));
   p.points.push_back(with(pt(1 << 20, true, 4, 1200), ProbePoint::loaded));
+  p.points.push_back(with(pt(1 << 20, true, 8, 1800), ProbePoint::loaded));
   EXPECT_TRUE(p.has_loaded());
-  EXPECT_DOUBLE_EQ(p.idle_ceiling_mbs(8), 2500);        // loaded points are not idle ones
-  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1200.0 / 2000);  // depth 4: loaded 1200 of the sweep's 2000
-  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 1500);             // the 64 KiB chunks' 2500 x 0.6
-  EXPECT_DOUBLE_EQ(p.loaded_factor(2), 0.5);            // depth 1: 500 of 1000
-  EXPECT_DOUBLE_EQ(p.ceiling_mbs(2), 500);
+  EXPECT_DOUBLE_EQ(p.idle_ceiling_mbs(8), 2500);  // loaded points are not idle ones
+  EXPECT_DOUBLE_EQ(p.loaded_factor(), 0.6);       // the median share
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 1500);       // the 256 KiB reads' 2500 x 0.6
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(2), 600);        // whole experts at depth 1: 1000 x 0.6
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(0), 0);
-  // Without sweep points the reference is cold whole experts (900 at depth 1).
+  // Without sweep points the reference is cold whole experts (900 at depth 1 only).
   DeviceProbe q = p;
   q.points.erase(std::remove_if(q.points.begin(), q.points.end(),
                                 [](const ProbePoint& x) { return x.pattern == ProbePoint::sweep; }),
                  q.points.end());
-  EXPECT_DOUBLE_EQ(q.loaded_factor(1), 500.0 / 900);
+  EXPECT_DOUBLE_EQ(q.loaded_factor(), 500.0 / 900);
   // Loaded points faster than idle ones (noise) do not raise the ceiling.
-  p.points.push_back(with(pt(1 << 20, true, 1, 5000), ProbePoint::loaded));
-  EXPECT_DOUBLE_EQ(p.loaded_factor(8), 1.0);
+  for (ProbePoint& x : p.points) {
+    if (x.pattern == ProbePoint::loaded) x.sustained_mbs = 5000;
+  }
+  EXPECT_DOUBLE_EQ(p.loaded_factor(), 1.0);
   EXPECT_DOUBLE_EQ(p.ceiling_mbs(8), 2500);
 }
 
@@ -278,9 +283,9 @@ TEST(DeviceProbe, LoadedPointsRunTheLoadAtIdlePriority) {
   }
   EXPECT_EQ(loaded, 2);
   EXPECT_TRUE(p.has_loaded());
-  EXPECT_GT(p.loaded_factor(16), 0);
-  EXPECT_LE(p.loaded_factor(16), 1);
-  EXPECT_DOUBLE_EQ(p.ceiling_mbs(16), p.idle_ceiling_mbs(16) * p.loaded_factor(16));
+  EXPECT_GT(p.loaded_factor(), 0);
+  EXPECT_LE(p.loaded_factor(), 1);
+  EXPECT_DOUBLE_EQ(p.ceiling_mbs(16), p.idle_ceiling_mbs(16) * p.loaded_factor());
   const std::string table = storage::format_probe(p);
   EXPECT_NE(table.find("loaded 0.38M"), std::string::npos) << table;
   EXPECT_NE(table.find("while 2 threads compute"), std::string::npos) << table;

@@ -316,17 +316,25 @@ bool DeviceProbe::has_loaded() const {
   return std::any_of(points.begin(), points.end(), [](const ProbePoint& x) { return x.pattern == ProbePoint::loaded; });
 }
 
-double DeviceProbe::loaded_factor(int max_ops) const {
+double DeviceProbe::loaded_factor() const {
   if (!has_loaded()) return 1.0;
   const bool sweep = std::any_of(points.begin(), points.end(), [](const ProbePoint& x) { return x.pattern == ProbePoint::sweep; });
-  const double loaded = best_within(*this, max_ops, [](const ProbePoint& x) { return x.pattern == ProbePoint::loaded; });
-  const double idle = best_within(*this, max_ops, [sweep](const ProbePoint& x) {
-    return sweep ? x.pattern == ProbePoint::sweep : x.pattern == ProbePoint::cold && x.whole_expert;
-  });
-  return idle > 0 && loaded > 0 ? std::min(1.0, loaded / idle) : 1.0;
+  std::vector<double> ratios;
+  for (const ProbePoint& l : points) {
+    if (l.pattern != ProbePoint::loaded) continue;
+    for (const ProbePoint& x : points) {
+      const bool ref = sweep ? x.pattern == ProbePoint::sweep : x.pattern == ProbePoint::cold && x.whole_expert;
+      if (ref && x.queue_depth == l.queue_depth && x.sustained_mbs > 0) ratios.push_back(l.sustained_mbs / x.sustained_mbs);
+    }
+  }
+  if (ratios.empty()) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  const double mid = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  return std::clamp(mid, 0.0, 1.0);
 }
 
-double DeviceProbe::ceiling_mbs(int max_ops) const { return idle_ceiling_mbs(max_ops) * loaded_factor(max_ops); }
+double DeviceProbe::ceiling_mbs(int max_ops) const { return idle_ceiling_mbs(max_ops) * loaded_factor(); }
 
 double DeviceProbe::idle_ceiling_mbs(int max_ops) const {
   return best_within(*this, max_ops, [](const ProbePoint& x) { return x.pattern != ProbePoint::loaded; });

@@ -74,10 +74,12 @@ struct DeviceProbe {
   // queue depth): the largest of the burst and sustained figures of every point but the loaded
   // ones within it. 0 when no point is.
   double idle_ceiling_mbs(int max_ops) const;
-  // How much of that the device gives while the cores compute: the best loaded point within
-  // max_ops over the best point of the same order (sweep, else cold whole experts) with idle
-  // cores, at most 1; 1 without loaded points.
-  double loaded_factor(int max_ops) const;
+  // How much of that the device gives while the cores compute: the median over the probed
+  // depths of a loaded point's sustained MB/s over the same depth's point of the same order with
+  // idle cores (sweep, else cold whole experts), at most 1; 1 without loaded points. Sustained
+  // figures and a median over every depth: single short points, bursts above all, move by 20-50%
+  // on a cloud disk, and the share is the cores' cost, not the depth's.
+  double loaded_factor() const;
   // The decode ceiling's bandwidth: idle_ceiling_mbs x loaded_factor (every request size and
   // depth the probe measured, as read shaping may read, scaled by the compute's cost).
   double ceiling_mbs(int max_ops) const;
