@@ -167,18 +167,14 @@ Result run_once(const Model& m, StreamingExperts* src, const Args& a, const std:
 }
 
 
-// Disk bandwidth for this model's expert reads: the device probe's decode ceiling at the runs'
-// queue depth (sched/io_probe.h; cached per device, measured when not cached), and its best with
-// idle cores.
-struct DiskMbs {
-  double decode = 0, idle = 0;
-};
-DiskMbs measure_disk_mbs(const Model& m, const Args& a) {
+// Disk bandwidth for this model's expert reads at the runs' queue depth, while the cores compute
+// and with idle cores (sched/io_probe.h; cached per device, measured when not cached).
+storage::DiskRates measure_disk_mbs(const Model& m, const Args& a) {
   IoProbeOptions po;
   po.io_mode = a.io;
   const IoProbeResult r = probe_model_io(m, po);
   std::fprintf(stderr, "%s", storage::format_probe(r.probe).c_str());
-  return {r.probe.ceiling_mbs(a.queue_depth), r.probe.idle_ceiling_mbs(a.queue_depth)};
+  return r.probe.rates(a.queue_depth);
 }
 
 }  // namespace
@@ -333,8 +329,8 @@ int main(int argc, char** argv) {
       std::sort(rs.begin(), rs.end(), [](const Result& x, const Result& y) { return x.tps < y.tps; });
       med.push_back(rs[rs.size() / 2]);
     }
-    const DiskMbs disk_mbs = measure_disk_mbs(*streamed, a);
-    const double disk = disk_mbs.decode;
+    const storage::DiskRates disk_mbs = measure_disk_mbs(*streamed, a);
+    const double disk = disk_mbs.loaded_mbs;
 
     auto find = [&](const char* label) -> const Result* {
       for (size_t i = 0; i < configs.size(); ++i) if (configs[i].label == label) return &med[i];
@@ -351,7 +347,7 @@ int main(int argc, char** argv) {
     const double t_compute = res ? std::min(1.0 / res->tps, od_compute) : od_compute;
     const double must_read_mb = static_cast<double>(od.total.bytes_demand) / 1e6 / static_cast<double>(od.tokens);
     const double t_io = must_read_mb / disk;
-    const double ceiling = 1.0 / decode_ceiling_seconds(must_read_mb * 1e6, t_compute, disk, disk_mbs.idle);
+    const double ceiling = 1.0 / decode_ceiling_seconds(must_read_mb * 1e6, t_compute, disk, disk_mbs.idle_mbs);
     auto line = [&](const std::string& name, const Result& r) {
       const LayerStreamStats& t = r.total;
       const double tok = r.tokens ? static_cast<double>(r.tokens) : 1.0;
@@ -369,7 +365,7 @@ int main(int argc, char** argv) {
     };
     std::printf("\ndisk: %.0f MB/s for this model's expert reads (queue depth %d) while the cores compute; %.0f MB/s "
                 "with idle cores\n",
-                disk, a.queue_depth, disk_mbs.idle);
+                disk, a.queue_depth, disk_mbs.idle_mbs);
     std::printf("ceiling: %.2f MB/tok must-read, at best beside the whole compute at the first disk figure (t_io %.2f "
                 "ms) and the rest after it at the second, t_compute %.2f ms (resident %s, ondemand minus stalls %.2f) "
                 "-> %.2f tok/s (sched/io_probe.h decode_ceiling_seconds)\n\n",

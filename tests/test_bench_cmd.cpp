@@ -85,7 +85,7 @@ BenchReport sample_report() {
   r.n_prompt = 16;
   r.n_gen = 32;
   r.reps = 3;
-  r.disk_mbs_original = 900;
+  r.disk_original = {900, 1200};
   RowResult base;
   base.kind = RowKind::baseline;
   base.ran = true;

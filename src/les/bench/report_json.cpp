@@ -39,14 +39,14 @@ std::string format_json(const BenchReport& r) {
   s += "  \"cache_share\": " + num(r.cache_share) + ",\n";
   s += strfmt("  \"threads\": %d,\n  \"prompt_tokens\": %d,\n  \"generated_tokens\": %d,\n  \"reps\": %d,\n", r.threads,
               r.n_prompt, r.n_gen, r.reps);
-  s += "  \"disk_mb_s\": {\"original\": " + num(r.disk_mbs_original) + ", \"packed\": " +
-       num(r.disk_mbs_packed > 0 ? r.disk_mbs_packed : NAN) + ", \"mixed\": " +
-       num(r.disk_mbs_mixed > 0 ? r.disk_mbs_mixed : NAN) + ", \"original_naive\": " +
-       num(r.disk_mbs_original_naive > 0 ? r.disk_mbs_original_naive : NAN) + "},\n";
-  s += "  \"idle_disk_mb_s\": {\"original\": " + num(r.idle_mbs_original > 0 ? r.idle_mbs_original : NAN) +
-       ", \"packed\": " + num(r.idle_mbs_packed > 0 ? r.idle_mbs_packed : NAN) + ", \"mixed\": " +
-       num(r.idle_mbs_mixed > 0 ? r.idle_mbs_mixed : NAN) + ", \"original_naive\": " +
-       num(r.idle_mbs_original_naive > 0 ? r.idle_mbs_original_naive : NAN) + "},\n";
+  // {"original": .., "packed": .., "mixed": .., "original_naive": ..} of one of the two rates.
+  auto files = [&](double storage::DiskRates::*rate) {
+    auto v = [&](const storage::DiskRates& d) { return num(d.*rate > 0 ? d.*rate : NAN); };
+    return "{\"original\": " + v(r.disk_original) + ", \"packed\": " + v(r.disk_packed) + ", \"mixed\": " +
+           v(r.disk_mixed) + ", \"original_naive\": " + v(r.disk_original_naive) + "}";
+  };
+  s += "  \"disk_mb_s\": " + files(&storage::DiskRates::loaded_mbs) + ",\n";
+  s += "  \"idle_disk_mb_s\": " + files(&storage::DiskRates::idle_mbs) + ",\n";
   s += "  \"compute_ms_per_token\": " + num(r.compute_ms_per_token) + ",\n";
   s += "  \"compute_ms_per_token_mixed\": " + num(r.compute_ms_per_token_mixed) + ",\n";
   s += "  \"compute_source\": " + str(r.compute_source) + ",\n";

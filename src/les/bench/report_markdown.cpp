@@ -59,16 +59,17 @@ std::string format_markdown(const BenchReport& r) {
                 spec.c_str());
   }
   // "N MB/s" while the cores compute, and the idle figure beside it where the probe has one.
-  auto mbs = [](double loaded, double idle) {
-    return idle > loaded ? strfmt("%.0f (idle cores %.0f) MB/s", loaded, idle) : strfmt("%.0f MB/s", loaded);
+  auto mbs = [](const storage::DiskRates& d) {
+    return d.idle_mbs > d.loaded_mbs ? strfmt("%.0f (idle cores %.0f) MB/s", d.loaded_mbs, d.idle_mbs)
+                                     : strfmt("%.0f MB/s", d.loaded_mbs);
   };
   s += strfmt("- disk (expert reads, direct I/O, while every core computes): %s original",
-              r.disk_mbs_original > 0 ? mbs(r.disk_mbs_original, r.idle_mbs_original).c_str() : "- MB/s");
-  if (r.disk_mbs_packed > 0) s += strfmt(", %s packed", mbs(r.disk_mbs_packed, r.idle_mbs_packed).c_str());
-  if (r.disk_mbs_mixed > 0) s += strfmt(", %s mixed", mbs(r.disk_mbs_mixed, r.idle_mbs_mixed).c_str());
-  if (r.disk_mbs_original_naive > 0) {
+              r.disk_original.loaded_mbs > 0 ? mbs(r.disk_original).c_str() : "- MB/s");
+  if (r.disk_packed.loaded_mbs > 0) s += strfmt(", %s packed", mbs(r.disk_packed).c_str());
+  if (r.disk_mixed.loaded_mbs > 0) s += strfmt(", %s mixed", mbs(r.disk_mixed).c_str());
+  if (r.disk_original_naive.loaded_mbs > 0) {
     s += strfmt("; through the naive buffered loader %s original (the baseline and +lookahead rows' ceiling)",
-                mbs(r.disk_mbs_original_naive, r.idle_mbs_original_naive).c_str());
+                mbs(r.disk_original_naive).c_str());
   }
   s += "\n";
   for (const std::string& n : r.notes) s += "- " + n + "\n";

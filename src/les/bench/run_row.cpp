@@ -107,29 +107,12 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
     eo.streaming.schedule = plan.schedule;
     eo.streaming.io_mode = plan.io;
     eo.streaming.read_chunk = plan.read_chunk;
-    if (plan.oracle && !in.routing.empty()) {
+    if (plan.oracle) {
       // The routing of an earlier run of the same weights and tokens (logits are identical
       // across schedules, so the routing is too).
+      if (in.routing.empty()) throw Error("the routing oracle has no recorded routing to replay");
       eo.streaming.oracle = std::make_shared<RoutingOracle>(RoutingOracle::unflatten(in.routing));
       eo.streaming.oracle_depth = plan.oracle_depth;
-    } else if (plan.oracle) {
-      // The recording run: same prompt and generation, so the same routing (logits are identical
-      // across schedules), by an engine of its own that is gone before the measured one loads.
-      const int n_layer = config_from_gguf(gguf::read_file(plan.file), plan.file).n_layer;
-      eo.streaming.oracle = std::make_shared<RoutingOracle>(n_layer);
-      eo.streaming.oracle_depth = plan.oracle_depth;
-      EngineOptions rec = eo;
-      rec.streaming.schedule = Schedule::ondemand;
-      rec.streaming.oracle_record = true;
-      rec.drafter = DrafterOptions{};
-      rec.drafter_factory = nullptr;
-      drop_page_cache(plan.file);
-      {
-        Engine recorder(rec);
-        RunInputs quiet = in;
-        quiet.progress_prefix.clear();
-        generate_measured(recorder, quiet, nullptr);
-      }
     }
   }
   if (plan.resident) {

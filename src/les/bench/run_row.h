@@ -27,8 +27,8 @@ struct RowPlan {
   ResidentMemory resident_memory = ResidentMemory::map;
   storage::IoMode io = storage::IoMode::uring;
   Schedule schedule = Schedule::lookahead;
-  // Routing oracle: an untimed recording run (ondemand) first, then the measured run prefetches
-  // the recorded selection oracle_depth layers ahead (routing_oracle.h).
+  // Routing oracle: the run prefetches the selection RunInputs::routing recorded, oracle_depth
+  // layers ahead (routing_oracle.h).
   bool oracle = false;
   int oracle_depth = 1;
   std::string drafter;                    // "" (none), "draft", "dspark" or "oracle"
@@ -42,7 +42,7 @@ struct RunInputs {
   std::vector<int32_t> prompt;
   std::vector<int32_t> recording;         // oracle drafter: prompt + the base row's greedy tokens
   // Routing oracle rows: the routing of an earlier run of the same weights and tokens
-  // (RoutingOracle::flatten); empty: the row records it with an untimed run of its own first.
+  // (RoutingOracle::flatten; required).
   std::vector<int32_t> routing;
   int n_gen = 64;
   int threads = 2;

@@ -110,9 +110,8 @@ struct FileProbe {
   int32_t n_layer = 0, n_expert = 0, n_embd = 0, n_vocab = 0;
   uint64_t expert_bytes_total = 0, file_bytes = 0;
   uint8_t packed = 0;
-  double disk_mbs = 0;       // direct I/O expert reads: the device probe's decode bandwidth at the rows' depth
-  double naive_disk_mbs = 0; // the same through the naive buffered loader (original's probe)
-  double idle_disk_mbs = 0, naive_idle_disk_mbs = 0;  // the same two with idle cores
+  storage::DiskRates disk;        // direct I/O expert reads: the device probe's at the rows' depth
+  storage::DiskRates naive_disk;  // the same through the naive buffered loader (original's probe)
   uint64_t read_chunk = 0;   // read shaping for lookahead rows on this file (0: whole reads)
   double whole_mbs = 0, chunk_mbs = 0;  // the probe's merits of whole reads and of that chunk
   uint64_t mem = 0;          // the budget (original's probe)
@@ -193,17 +192,14 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
     po.refresh = o.probe_refresh;
     po.progress = o.progress;
     const storage::DeviceProbe dp = probe_model_io(*model, po).probe;
-    p.disk_mbs = dp.ceiling_mbs(kDiskProbeQueueDepth);
-    p.idle_disk_mbs = dp.idle_ceiling_mbs(kDiskProbeQueueDepth);
+    p.disk = dp.rates(kDiskProbeQueueDepth);
     if (original) {
       // The original file's streamed rows read through the naive buffered loader (pread into the
       // page cache, a copy, the pages dropped): their ceiling is what that path gets from the disk.
       IoProbeOptions pn = po;
       pn.io_mode = storage::IoMode::naive;
       pn.register_buffers = false;
-      const storage::DeviceProbe np = probe_model_io(*model, pn).probe;
-      p.naive_disk_mbs = np.ceiling_mbs(kDiskProbeQueueDepth);
-      p.naive_idle_disk_mbs = np.idle_ceiling_mbs(kDiskProbeQueueDepth);
+      p.naive_disk = probe_model_io(*model, pn).probe.rates(kDiskProbeQueueDepth);
     }
     // Read shaping as --read-chunk auto would choose it for the direct-I/O lookahead rows.
     StreamingOptions shaped;
@@ -309,10 +305,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
   rep.mem = orig.mem;
   rep.cache_share = orig.cache_share;
   rep.n_prompt = static_cast<int>(prompt.size());
-  rep.disk_mbs_original = orig.disk_mbs;
-  rep.disk_mbs_original_naive = orig.naive_disk_mbs;
-  rep.idle_mbs_original = orig.idle_disk_mbs;
-  rep.idle_mbs_original_naive = orig.naive_idle_disk_mbs;
+  rep.disk_original = orig.disk;
+  rep.disk_original_naive = orig.naive_disk;
 
   const bool mixed_runs = want(RowKind::mixed) && !o.mixed.empty();
   const bool spec_on_mixed = mixed_runs;
@@ -334,8 +328,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     same_shape(orig, pk, "--packed file", packed_path, o.model);
     if (!pk.packed) throw Error(strfmt("--packed file '%s' is not packed (make one with: les pack %s OUT)",
                                        packed_path.c_str(), o.model.c_str()));
-    rep.disk_mbs_packed = pk.disk_mbs;
-    rep.idle_mbs_packed = pk.idle_disk_mbs;
+    rep.disk_packed = pk.disk;
     chunk_packed = pk.read_chunk;
     rep.notes.push_back(shaping_note("packed", pk));
   }
@@ -351,8 +344,7 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       rep.notes.push_back(strfmt("+mixed precision reads a packed copy of %s made by les bench (deleted afterwards).",
                                  o.mixed.c_str()));
     }
-    rep.disk_mbs_mixed = mx.disk_mbs;
-    rep.idle_mbs_mixed = mx.idle_disk_mbs;
+    rep.disk_mixed = mx.disk;
     chunk_mixed = mx.read_chunk;
     rep.notes.push_back(shaping_note("mixed", mx));
   }
@@ -659,20 +651,16 @@ BenchReport run_staged_bench(const BenchOptions& o) {
     } else {
       r.accepted_per_round = r.acceptance = r.drafted_per_round = r.gave_up_at = kNaN;
     }
-    const bool naive = s.plan.io == storage::IoMode::naive;
-    const bool mixed_file = s.plan.file == mixed_path && mixed_runs;
-    const double probe = s.plan.resident ? kNaN
-                         : s.plan.file == o.model ? (naive ? rep.disk_mbs_original_naive : rep.disk_mbs_original)
-                         : mixed_file             ? rep.disk_mbs_mixed
-                                                  : rep.disk_mbs_packed;
-    const double idle = s.plan.resident ? kNaN
-                        : s.plan.file == o.model ? (naive ? rep.idle_mbs_original_naive : rep.idle_mbs_original)
-                        : mixed_file             ? rep.idle_mbs_mixed
-                                                 : rep.idle_mbs_packed;
     // The device probe's best bandwidth at the rows' queue depth (bursts after idle included),
     // through the row's own loader, beside the compute and with idle cores: a row above ~105% of
     // its ceiling read faster than the probe says the device can.
-    r.ceiling_tps = ceiling_tps(r.used_mb_per_token * 1e6, probe * 1e6, compute_s[s.group], idle * 1e6);
+    const storage::DiskRates disk = s.plan.file == o.model
+                                        ? (s.plan.io == storage::IoMode::naive ? rep.disk_original_naive : rep.disk_original)
+                                    : s.plan.file == mixed_path && mixed_runs ? rep.disk_mixed
+                                                                              : rep.disk_packed;
+    r.ceiling_tps = s.plan.resident ? ceiling_tps(r.used_mb_per_token * 1e6, kNaN, compute_s[s.group])
+                                    : ceiling_tps(r.used_mb_per_token * 1e6, disk.loaded_mbs * 1e6, compute_s[s.group],
+                                                  disk.idle_mbs * 1e6);
     r.of_ceiling = ratio(r.decode_tps, r.ceiling_tps);
   }
   const RowResult* base = nullptr;

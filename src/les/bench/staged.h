@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "les/bench/rows.h"
+#include "les/storage/device_probe.h"
 
 namespace les::bench {
 
@@ -81,11 +82,10 @@ struct BenchReport {
   uint64_t mem = 0;
   double cache_share = 0;       // the baseline row's
   int threads = 0, n_prompt = 0, n_gen = 0, reps = 0;
-  // The device probe's best MB/s at the rows' queue depth for each file's expert reads (direct
-  // I/O), and for the original file through the naive buffered loader (its rows' ceiling).
-  double disk_mbs_original = 0, disk_mbs_packed = 0, disk_mbs_mixed = 0, disk_mbs_original_naive = 0;
-  // The same with idle cores (the disk_mbs_* figures are the device's while every core computes).
-  double idle_mbs_original = 0, idle_mbs_packed = 0, idle_mbs_mixed = 0, idle_mbs_original_naive = 0;
+  // The device probe's MB/s at the rows' queue depth for each file's expert reads (direct I/O),
+  // and for the original file through the naive buffered loader (its rows' ceiling), while every
+  // core computes and with idle cores; zero for a file not probed.
+  storage::DiskRates disk_original, disk_packed, disk_mixed, disk_original_naive;
   double compute_ms_per_token = 0;  // the ceiling's compute term (the original weights)
   double compute_ms_per_token_mixed = 0;  // ... of the mixed file's rows (NaN when none ran)
   std::string compute_source;   // where it came from

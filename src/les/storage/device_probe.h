@@ -48,6 +48,12 @@ struct ProbePoint {
 };
 const char* probe_pattern_name(ProbePoint::Pattern p);
 
+// A device's decode bandwidths for one queue depth (MB/s): while every core computes, and with
+// idle cores (les::decode_ceiling_seconds takes both).
+struct DiskRates {
+  double loaded_mbs = 0, idle_mbs = 0;
+};
+
 struct DeviceProbe {
   std::string device;       // device_key() of the file probed
   std::string file;         // the file whose extents were read (for messages)
@@ -83,6 +89,7 @@ struct DeviceProbe {
   // The decode ceiling's bandwidth: idle_ceiling_mbs x loaded_factor (every request size and
   // depth the probe measured, as read shaping may read, scaled by the compute's cost).
   double ceiling_mbs(int max_ops) const;
+  DiskRates rates(int max_ops) const { return {ceiling_mbs(max_ops), idle_ceiling_mbs(max_ops)}; }
   bool has_loaded() const;
   // The cold point for (size, depth) (whole_expert: the whole-expert point at that depth), or null.
   const ProbePoint* find(uint64_t request_bytes, int queue_depth) const;
