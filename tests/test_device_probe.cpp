@@ -463,18 +463,18 @@ TEST(DeviceProbe, CacheKeepsTheQuietProbe) {
 
 TEST(DeviceProbe, CeilingArithmetic) {
   // 10 tokens in 1 s, 50 MB read at 100 MB/s (0.05 s/token), 0.4 s waiting for reads.
-  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, 100);
+  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, {100, 0});
   EXPECT_DOUBLE_EQ(c.mb_per_token, 5);
   EXPECT_DOUBLE_EQ(c.t_io_s, 0.05);
   EXPECT_DOUBLE_EQ(c.t_compute_s, 0.06);
   EXPECT_NEAR(c.ceiling_tps, 1 / 0.06, 1e-9);
   EXPECT_NEAR(c.of_ceiling, 0.6, 1e-9);
-  EXPECT_EQ(io_ceiling(1, 0, 1, 0, 100).ceiling_tps, 0);  // no tokens: no ceiling
+  EXPECT_EQ(io_ceiling(1, 0, 1, 0, {100, 0}).ceiling_tps, 0);  // no tokens: no ceiling
   EXPECT_NE(format_io_ceiling(c, 8).find("60% of it"), std::string::npos) << format_io_ceiling(c, 8);
   EXPECT_EQ(format_io_ceiling(c, 8).find("above 105%"), std::string::npos);
   // Decoding faster than the ceiling (25 tok/s against 1 / 0.05 s): the probe under-measured the
   // disk, and the line says so and how to measure again.
-  const IoCeiling over = io_ceiling(50'000'000, 0.0, 0.4, 10, 100);
+  const IoCeiling over = io_ceiling(50'000'000, 0.0, 0.4, 10, {100, 0});
   EXPECT_NEAR(over.of_ceiling, 1.25, 1e-9);
   EXPECT_NE(format_io_ceiling(over, 8).find("above 105%"), std::string::npos) << format_io_ceiling(over, 8);
   EXPECT_NE(format_io_ceiling(over, 8).find("--probe-refresh"), std::string::npos);
@@ -496,7 +496,7 @@ TEST(DeviceProbe, CeilingWithALoadedAndAnIdleRate) {
   for (double x = 0; x <= 5e5; x += 5e4) EXPECT_GE(0.01 + (1e6 - x) / 100e6, 0.015 - 1e-12);
   // io_ceiling: 10 tokens in 1 s, 5 MB each, 60 ms of compute: 3 MB beside it at 50 MB/s, 2 MB
   // after it at 100 MB/s = 80 ms -> 12.5 tok/s, decode at 80% of it.
-  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, 50, 100);
+  const IoCeiling c = io_ceiling(50'000'000, 0.4, 1.0, 10, {50, 100});
   EXPECT_NEAR(c.ceiling_tps, 12.5, 1e-9);
   EXPECT_NEAR(c.of_ceiling, 0.8, 1e-9);
   EXPECT_DOUBLE_EQ(c.idle_mbs, 100);
@@ -546,9 +546,9 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
                                          o.streaming.queue_depth)
                   .chunk)
         << storage::format_probe(*e.device_probe());
-    EXPECT_GT(e.io_ceiling_mbs(), 0);
-    best_mbs = std::max(best_mbs, e.io_ceiling_mbs());
-    best_idle_mbs = std::max(best_idle_mbs, e.io_idle_ceiling_mbs());
+    EXPECT_GT(e.io_rates().loaded_mbs, 0);
+    best_mbs = std::max(best_mbs, e.io_rates().loaded_mbs);
+    best_idle_mbs = std::max(best_idle_mbs, e.io_rates().idle_mbs);
 
     StreamingExperts* ex = e.experts();
     ASSERT_NE(ex, nullptr);
@@ -573,7 +573,7 @@ TEST(DeviceProbe, EngineCeilingHoldsOnTheFakeDevice) {
     const LayerStreamStats t = ex->stats().total();
     ASSERT_GT(t.bytes_demand + t.bytes_prefetch, bytes0) << "the decode read nothing: no ceiling to check";
     const IoCeiling c = io_ceiling(t.bytes_demand + t.bytes_prefetch - bytes0, t.stall_s - stall0, secs,
-                                   static_cast<uint64_t>(got.n_generated - 1), best_mbs, best_idle_mbs);
+                                   static_cast<uint64_t>(got.n_generated - 1), {best_mbs, best_idle_mbs});
     std::printf("attempt %d: %s", attempt, format_io_ceiling(c, o.streaming.queue_depth).c_str());
     EXPECT_GT(c.t_io_s, 0);
     attempts += "attempt " + std::to_string(attempt) + ": " + format_io_ceiling(c, o.streaming.queue_depth) +

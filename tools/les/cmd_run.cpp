@@ -154,10 +154,9 @@ int cmd_run(int argc, char** argv) {
     if (a.has("--stats")) {
       std::fprintf(stderr, "\n%s", format_stream_table(experts->stats(), rs).c_str());
       const double secs = now_s() - time_at_first;
-      if (!first && st.n_generated > 1 && engine.io_ceiling_mbs() > 0) {
+      if (!first && st.n_generated > 1 && engine.io_rates().loaded_mbs > 0) {
         const IoCeiling c = io_ceiling(bytes_read() - bytes_at_first, stall_s() - stall_at_first, secs,
-                                       static_cast<uint64_t>(st.n_generated - 1), engine.io_ceiling_mbs(),
-                                       engine.io_idle_ceiling_mbs());
+                                       static_cast<uint64_t>(st.n_generated - 1), engine.io_rates());
         std::fprintf(stderr, "%s", format_io_ceiling(c, engine.options().streaming.queue_depth).c_str());
         const Cpu c1 = cpu();
         const double n = static_cast<double>(st.n_generated - 1);

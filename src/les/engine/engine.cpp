@@ -73,12 +73,8 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
 
 Engine::~Engine() = default;
 
-double Engine::io_ceiling_mbs() const {
-  return probe_ ? probe_->ceiling_mbs(opts_.streaming.queue_depth) : 0.0;
-}
-
-double Engine::io_idle_ceiling_mbs() const {
-  return probe_ ? probe_->idle_ceiling_mbs(opts_.streaming.queue_depth) : 0.0;
+storage::DiskRates Engine::io_rates() const {
+  return probe_ ? probe_->rates(opts_.streaming.queue_depth) : storage::DiskRates{};
 }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special) const {

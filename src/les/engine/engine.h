@@ -120,10 +120,9 @@ class Engine {
   const storage::DeviceProbe* device_probe() const { return probe_ ? &*probe_ : nullptr; }
   bool device_probe_cached() const { return probe_cached_; }
   uint64_t read_chunk() const { return read_chunk_; }
-  // The device's decode MB/s at this engine's queue depth (the probe's ceiling_mbs: the share it
-  // keeps while the cores compute), and its best with idle cores; 0 without a probe.
-  double io_ceiling_mbs() const;
-  double io_idle_ceiling_mbs() const;
+  // The device's MB/s at this engine's queue depth while the cores compute and with idle cores
+  // (the probe's rates); zero without a probe.
+  storage::DiskRates io_rates() const;
   int n_ctx() const { return ctx_->n_ctx(); }
   const EngineOptions& options() const { return opts_; }
 

@@ -142,15 +142,14 @@ double decode_ceiling_seconds(double bytes, double t_compute, double loaded_mbs,
   return bytes <= overlapped ? t_compute : t_compute + (bytes - overlapped) / (idle * 1e6);
 }
 
-IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs,
-                     double idle_mbs) {
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, storage::DiskRates disk) {
   IoCeiling c;
-  if (tokens == 0 || seconds <= 0 || disk_mbs <= 0) return c;
+  if (tokens == 0 || seconds <= 0 || disk.loaded_mbs <= 0) return c;
   const double n = static_cast<double>(tokens);
   c.mb_per_token = static_cast<double>(bytes) / 1e6 / n;
-  c.disk_mbs = disk_mbs;
-  c.idle_mbs = std::max(idle_mbs, disk_mbs);
-  c.t_io_s = c.mb_per_token / disk_mbs;
+  c.disk_mbs = disk.loaded_mbs;
+  c.idle_mbs = std::max(disk.idle_mbs, disk.loaded_mbs);
+  c.t_io_s = c.mb_per_token / c.disk_mbs;
   c.t_compute_s = std::max(0.0, seconds - stall_s) / n;
   c.tps = n / seconds;
   const double t = decode_ceiling_seconds(c.mb_per_token * 1e6, c.t_compute_s, c.disk_mbs, c.idle_mbs);

@@ -58,8 +58,7 @@ struct IoCeiling {
   double mb_per_token = 0, disk_mbs = 0, idle_mbs = 0, t_io_s = 0, t_compute_s = 0, ceiling_tps = 0, tps = 0,
          of_ceiling = 0;
 };
-IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, double disk_mbs,
-                     double idle_mbs = 0);
+IoCeiling io_ceiling(uint64_t bytes, double stall_s, double seconds, uint64_t tokens, storage::DiskRates disk);
 std::string format_io_ceiling(const IoCeiling& c, int queue_depth);
 
 // Experts whose reads are in the device together under this schedule: on demand, a layer's
