@@ -6,7 +6,7 @@
 //
 //   bench_cache_policy [--models DIR] [--experts FILE --probs FILE] [--seed N] [--no-timing]
 //
-// DIR defaults to ../shared/models (run from the repository root). See docs/cache_policy.md.
+// DIR defaults to tests/data/trained (run from the repository root). See docs/cache_policy.md.
 
 #include <algorithm>
 #include <chrono>
@@ -324,7 +324,7 @@ void print_timing(uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = "../shared/models";
+  std::string models = "tests/data/trained";
   std::string experts, probs;
   uint64_t seed = 1;
   bool timing = true;

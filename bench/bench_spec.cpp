@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
       const bool is_resident = mem == "resident";
       if (!is_resident) {
         StreamingOptions so;
-        const uint64_t slot = StreamingExperts::slot_bytes_for(*streamed, so.io_mode);
+        const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*streamed, so.io_mode);
         const uint64_t drafter_bytes = drafter ? drafter->resident_bytes() : 0;
         const BudgetPlan plan = plan_budget(*streamed, parse_mem(mem), n_ctx, 256, slot, drafter_bytes);
         so.cache_bytes = plan.cache;
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
               if (mem != "resident") {
                 StreamingOptions so;
                 so.cache_bytes = plan_budget(*streamed, parse_mem(mem), n_ctx, 256,
-                                             StreamingExperts::slot_bytes_for(*streamed, so.io_mode)).cache;
+                                             StreamingExperts::layer_slot_bytes_for(*streamed, so.io_mode)).cache;
                 ex = expert_cache(mem, so);
                 ex->clear();
               }

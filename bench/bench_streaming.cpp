@@ -197,8 +197,8 @@ int main(int argc, char** argv) {
       if (static_cast<int>(prompt.size()) > a.n_prompt) prompt.resize(static_cast<size_t>(a.n_prompt));
       if (prompt.empty()) throw Error("empty prompt file " + a.prompt_file);
     }
-    const uint64_t sb = StreamingExperts::slot_bytes_for(*streamed, a.io);
-    const BudgetPlan plan = plan_budget(*streamed, a.mem, a.n_prompt + a.n_gen + 8, 256, sb);
+    const BudgetPlan plan = plan_budget(*streamed, a.mem, a.n_prompt + a.n_gen + 8, 256,
+                                        StreamingExperts::layer_slot_bytes_for(*streamed, a.io));
     uint64_t all_experts = 0;
     for (int l = 0; l < c.n_layer; ++l) all_experts += streamed->expert_size(l) * static_cast<uint64_t>(c.n_expert);
     std::printf("model %s: %d layers, %d experts (k=%d), expert %.2f MiB; %s\n", a.model.c_str(), c.n_layer, c.n_expert,
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
       // The same budget for every configuration: the cache gets what the budget leaves for this
       // file's slots under this I/O mode.
       o.cache_bytes = plan_budget(*cf.model, a.mem, a.n_prompt + a.n_gen + 8, 256,
-                                  StreamingExperts::slot_bytes_for(*cf.model, o.io_mode)).cache;
+                                  StreamingExperts::layer_slot_bytes_for(*cf.model, o.io_mode)).cache;
       configs.push_back(cf);
     }
     // Oracle configurations replay the routing of a recording run (same prompt and generation,

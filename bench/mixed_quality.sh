@@ -13,10 +13,11 @@ set -euo pipefail
 OUT=${1:?usage: bench/mixed_quality.sh OUT_DIR}
 B=${LES_BUILD_DIR:-build}
 LES=$(readlink -f "$B/les")
-M=$(readlink -f "${LES_MODELS:-../shared/models}")
+M=$(readlink -f "${LES_MODELS:-tests/data/trained}")
 T=${THREADS:-2}
 WINDOWS=${CALIB_WINDOWS:-4}
-BASE=$M/tiny-moe-q3m.gguf
+# The base model: the recorded curve used the F16 original (tiny-moe-q3m.gguf, models/README.md).
+BASE=$(readlink -f "${BASE:-models/tiny-moe-q4_k_m.gguf}")
 mkdir -p "$OUT"
 cd "$OUT"
 head -c 100000 "$M/tiny-moe-val.txt" > calib.txt

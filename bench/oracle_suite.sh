@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/oracle_suite.sh BENCH_DIR [OUT_FILE]}
 out=${2:-/dev/stdout}
-val=../shared/models/tiny-moe-val.txt
+val=tests/data/trained/tiny-moe-val.txt
+tiny_mem=${TINY_MEM:-41M}  # as bench/streaming_suite.sh
 B=${LES_BUILD_DIR:-./build}/bench_streaming
 o=lookahead/oracle
 fio_burst() {  # FILE BS BURST_READS IDLE_US: random O_DIRECT reads, qd 4, BURST_READS then IDLE_US idle
@@ -29,8 +30,8 @@ print('fio %s bs $2, bursts of $3 reads, $4 us idle between: %.0f MB/s while rea
     set -- $f
     fio_burst "$1" "$2" 4 50000; fio_burst "$1" "$2" 16 50000; fio_burst "$1" "$2" 64 100000; fio_burst "$1" "$2" 1000000 1
   done
-  echo "## (a) trained model, packed, --mem 58M, -t 1"
-  $B -m "$dir/tiny-packed.gguf" --mem 58M -n 128 -p 64 --reps 5 -t 1 --prompt-file $val \
+  echo "## (a) trained model, packed, --mem $tiny_mem, -t 1"
+  $B -m "$dir/tiny-packed.gguf" --mem $tiny_mem -n 128 -p 64 --reps 5 -t 1 --prompt-file $val \
     --configs ondemand,lookahead,$o=1,$o=2,$o=7,$o=7/inflight=1000G
   echo "## (b) 30B shape Q4_K, packed, --mem 4G, -t 2"
   $B -m "$dir/q3-30b-q4k-packed.gguf" --mem 4G -n 16 -p 8 --reps 2 -t 2 --queue-depth 16 \

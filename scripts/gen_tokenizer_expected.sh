@@ -14,7 +14,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MODEL="${1:-${LES_SHARED_MODELS:-/work/shared/models}/tiny-moe-q3m.gguf}"
+MODEL="${1:-$ROOT/models/tiny-moe-q4_k_m.gguf}"
 OUT="${2:-$ROOT/tests/data/tokenizer_expected_tiny.json}"
 TEXTS="$ROOT/tests/data/tokenizer_texts.json"
 REF="$ROOT/tools/llamacpp-ref"

@@ -35,21 +35,31 @@ fi
 
 mark "npm (llama.cpp reference, js harness)"
 
+skips_of release
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+report_skips release
 mark "Release tests"
 
 if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
+  skips_of asan
   bash scripts/test-sanitizers.sh asan
+  report_skips asan
   mark "ASan+UBSan build + tests"
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
   mark "fuzzing (6 targets)"
+  skips_of tsan
   bash scripts/test-sanitizers.sh tsan
+  report_skips tsan
   mark "TSan build + tests"
 fi
 if [ -z "${LES_SKIP_ARM:-}" ]; then
+  skips_of aarch64
   bash scripts/test-arm.sh
+  report_skips aarch64
   mark "aarch64 cross build + qemu tests"
 fi
+echo "test: skipped tests (allowed reasons only: cpu feature, platform, optional tool)"
+cat "$SKIPS/report.txt"
 echo "test: phase times"
 printf '%s' "$TIMES"
 echo "test: total $(( $(date +%s) - T0 )) s"

@@ -29,11 +29,18 @@ inline std::vector<uint64_t> greedy_hashes(const Model& m, ExpertSource* src, co
   return hashes;
 }
 
+// A cache of `slots` slots of the largest expert size, or the smallest cache the model streams in
+// (n_expert_used slots of each slot size: a mixed-type file has several) when that is larger.
 inline StreamingOptions stream_opts(const Model& m, Schedule s, storage::IoMode io, int slots) {
   StreamingOptions o;
   o.schedule = s;
   o.io_mode = io;
-  o.cache_bytes = StreamingExperts::slot_bytes_for(m, io) * static_cast<uint64_t>(slots);
+  std::vector<uint64_t> sizes = StreamingExperts::layer_slot_bytes_for(m, io);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  uint64_t smallest_cache = 0;
+  for (uint64_t b : sizes) smallest_cache += b * static_cast<uint64_t>(m.config().n_expert_used);
+  o.cache_bytes = std::max(sizes.back() * static_cast<uint64_t>(slots), smallest_cache);
   o.queue_depth = 4;
   return o;
 }

@@ -25,7 +25,7 @@ inline bool llamacpp_available() {
 }
 
 #define LES_REQUIRE_LLAMACPP() \
-  do { if (!::les::test::llamacpp_available()) GTEST_SKIP() << "llama.cpp reference (node-llama-cpp) not installed"; } while (0)
+  do { if (!::les::test::llamacpp_available()) LES_SKIP_OPTIONAL("llama.cpp reference: Node.js >= 20 with node-llama-cpp (npm ci in tools/llamacpp-ref) not installed"); } while (0)
 
 inline std::string join_ids(const std::vector<int32_t>& ids) {
   std::string s;

@@ -218,22 +218,22 @@ std::string slurp(const std::string& p) {
 }
 
 TEST(BenchCmd, EveryRowOnTheTrainedModel) {
-  if (!have_cli()) GTEST_SKIP() << "the les program is not built here";
+  if (!have_cli()) LES_SKIP_PLATFORM("this build has no les program (LES_LIB_EXCLUDE)");
   LES_REQUIRE_FILE(test::tiny_moe_path());
-  // The bundled q4_k_m file stands in for a mixed-precision file: the same model at other
-  // precisions (its outputs differ from the F16 model's, so it has its own hash group).
-  const std::string mixed = test::source_dir() + "/models/tiny-moe-q4_k_m.gguf";
-  LES_REQUIRE_FILE(mixed);
   const std::string dir = test::temp_dir();
   const std::string json = dir + "/bench.json", md = dir + "/bench.md";
   std::string err;
+  // A Q3_K_M copy stands in for a mixed-precision file: the same model at other precisions (its
+  // outputs differ from the Q4_K_M file's, so it has its own hash group).
+  const std::string mixed = dir + "/tiny-moe-q3_k_m.gguf";
+  ASSERT_EQ(test::run_les("quantize " + q(test::tiny_moe_path()) + " " + q(mixed) + " Q3_K_M", &err), 0) << err;
   // Sanitized builds run the same rows on fewer tokens (the program is several times slower there).
   const std::string tokens = kSanitized ? " -n 8 --prompt-tokens 8" : " -n 24 --prompt-tokens 24";
-  // --mem 45M: the F16 model's cache holds ~9% of its experts, the q4_k_m file's ~30%, so every
-  // streamed row reads experts while decoding (at --quick's 25% the q4_k_m file nearly fits).
+  // --mem 45M: the Q4_K_M file's cache holds about a third of its experts, the Q3_K_M file's a bit
+  // more, so every streamed row reads experts while decoding.
   const int rc = test::run_les("bench --quick --mem 45M -m " + q(test::tiny_moe_path()) + " --mixed " + q(mixed) +
                                    " --spec-oracle 0.8" + tokens + " --reps 2 --prompt-file " +
-                                   q(test::shared_models() + "/tiny-moe-val.txt") + " --work-dir " + q(dir) +
+                                   q(test::tiny_val_text_path()) + " --work-dir " + q(dir) +
                                    " --json " + q(json) + " --md " + q(md),
                                &err);
   ASSERT_EQ(rc, 0) << err;
@@ -302,7 +302,7 @@ TEST(BenchCmd, EveryRowOnTheTrainedModel) {
     EXPECT_NEAR(std::strtod(table.c_str() + at + line_start.size(), nullptr), tps, 0.0051) << table;
     EXPECT_NE(table.find(h), std::string::npos);
   }
-  EXPECT_NE(hash0, hash1) << "the q4_k_m file cannot give the F16 model's logits";
+  EXPECT_NE(hash0, hash1) << "the Q3_K_M file cannot give the Q4_K_M file's logits";
   EXPECT_NE(table.find("3.36x"), std::string::npos);
   // The ceilings use each row's own loader: the naive buffered loader's probe for the baseline and
   // +lookahead rows, direct I/O for the packed rows.
@@ -326,7 +326,7 @@ TEST(BenchCmd, EveryRowOnTheTrainedModel) {
 }
 
 TEST(BenchCmd, QuickDerivesTheBudgetOfAQuarterCache) {
-  if (!have_cli()) GTEST_SKIP() << "the les program is not built here";
+  if (!have_cli()) LES_SKIP_PLATFORM("this build has no les program (LES_LIB_EXCLUDE)");
   LES_REQUIRE_FILE(test::tiny_moe_path());
   const std::string dir = test::temp_dir();
   std::string err;
@@ -344,7 +344,7 @@ TEST(BenchCmd, QuickDerivesTheBudgetOfAQuarterCache) {
 }
 
 TEST(BenchCmd, BadInputGivesAClearError) {
-  if (!have_cli()) GTEST_SKIP() << "the les program is not built here";
+  if (!have_cli()) LES_SKIP_PLATFORM("this build has no les program (LES_LIB_EXCLUDE)");
   LES_REQUIRE_FILE(test::tiny_moe_path());
   std::string err;
   EXPECT_EQ(test::run_les("bench -m /nonexistent/model.gguf --mem 1G", &err), 1);

@@ -131,8 +131,9 @@ std::vector<std::string> all_policy_names() {
   return v;
 }
 
-std::string shared_trace(const char* what) {
-  return les::test::shared_models() + "/tiny-moe-q3m.routing-" + what + ".npy";
+// The trained model's routing trace (tests/data/trained/README.md).
+std::string trained_trace(const char* what) {
+  return les::test::trained_data() + "/tiny-moe-q3m.routing-" + what + ".npy";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -513,8 +514,8 @@ TEST(CachePolicyPolicies, PredictAwareEvictsWrongGuessesFirstAndProtectsPending)
 // The trained model's trace
 
 TEST(CachePolicyReplay, RealTraceReproducesReadme) {
-  LES_REQUIRE_FILE(shared_trace("experts"));
-  const RoutingTrace tr = load_routing_trace(shared_trace("experts"));
+  LES_REQUIRE_FILE(trained_trace("experts"));
+  const RoutingTrace tr = load_routing_trace(trained_trace("experts"));
   ASSERT_EQ(tr.n_tokens, 2048);
   ASSERT_EQ(tr.n_layers, 8);
   ASSERT_EQ(tr.top_k, 4);
@@ -530,9 +531,9 @@ TEST(CachePolicyReplay, RealTraceReproducesReadme) {
 }
 
 TEST(CachePolicyReplay, RealTracePredictorEmulationAndRecommendedPolicy) {
-  LES_REQUIRE_FILE(shared_trace("experts"));
-  LES_REQUIRE_FILE(shared_trace("probs"));
-  const RoutingTrace tr = load_routing_trace(shared_trace("experts"), shared_trace("probs"));
+  LES_REQUIRE_FILE(trained_trace("experts"));
+  LES_REQUIRE_FILE(trained_trace("probs"));
+  const RoutingTrace tr = load_routing_trace(trained_trace("experts"), trained_trace("probs"));
   ASSERT_EQ(tr.n_experts, 64);
   const PredictorModel model = calibrate_predictor(tr, PredictorModel{}, 0.696);
   const Predictions pred = emulate_predictions(tr, model, 8);

@@ -543,7 +543,7 @@ bool run_node(const std::string& args) {
 }  // namespace
 
 TEST(JinjaLive, RandomConversationsMatchNode) {
-  if (!have_node_reference()) GTEST_SKIP() << "node or tools/js-harness/node_modules/@huggingface/jinja not installed";
+  if (!have_node_reference()) LES_SKIP_OPTIONAL("Node.js >= 20 with @huggingface/jinja (npm ci in tools/js-harness) not installed");
   const json base = json::parse(read_text(templates_dir() + "/cases.json"));
   json doc = {{"templates", base.at("templates")}, {"cases", json::array()}};
   ConversationGen gen(20240611);
@@ -562,7 +562,7 @@ TEST(JinjaLive, RandomConversationsMatchNode) {
 }
 
 TEST(JinjaLive, CaseTablesMatchNode) {
-  if (!have_node_reference()) GTEST_SKIP() << "node or tools/js-harness/node_modules/@huggingface/jinja not installed";
+  if (!have_node_reference()) LES_SKIP_OPTIONAL("Node.js >= 20 with @huggingface/jinja (npm ci in tools/js-harness) not installed");
   std::vector<const Case*> all;
   const auto add = [&](const auto& table) {
     for (const Case& c : table) all.push_back(&c);

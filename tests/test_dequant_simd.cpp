@@ -14,6 +14,7 @@
 #include "les/quant/kernels.h"
 #include "les/quant/types.h"
 #include "les/util/fp16.h"
+#include "skip.h"
 
 namespace les {
 namespace {
@@ -56,7 +57,7 @@ TEST(DequantSimd, Q4KBitIdenticalToScalar) {
       }
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  if (checked == 0) LES_SKIP_CPU("no SIMD ISA on this CPU");
 }
 
 }  // namespace

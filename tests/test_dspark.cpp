@@ -25,7 +25,7 @@
 namespace les {
 namespace {
 
-std::string dspark_path() { return test::shared_models() + "/tiny-moe-dspark.gguf"; }
+std::string dspark_path() { return test::tiny_dspark_path(); }
 std::string data_path(const char* name) { return test::source_dir() + "/tests/data/" + name; }
 
 struct RefCase {
@@ -196,11 +196,13 @@ TEST(Dspark, TrainedDrafterMatchesLlamaCppOnStoredFeatures) {
   EXPECT_TRUE(d->has_confidence());
   ASSERT_EQ(d->n_feat(), ref.n_feat);
   int n = 0;
-  // The issue asks for 5e-3; the measured error is about 1.3e-4 (F16 weights and activations on
-  // both sides, F16 KV cache emulated), so the test holds a tighter bound.
-  const LogitDiff diff = check_stored_features(*d, ref, ref, 1e-3, 1e-3, &n);
+  // Q8_0 weights: both programs quantize the activations to Q8_0 and form the same integer sums;
+  // the float order differs, and an activation on a rounding boundary can land on the other 8-bit
+  // level. Measured: max rel 2.4e-3 (case 3, the last slot of the Markov chain), confidence 8e-7;
+  // the F16 original of this drafter measured 1.3e-4. A wrong norm, rope or head moves whole rows.
+  const LogitDiff diff = check_stored_features(*d, ref, ref, 5e-3, 1e-3, &n);
   EXPECT_GE(n, 3);
-  std::printf("trained F16 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g, conf %.3g\n", n,
+  std::printf("trained Q8_0 drafter vs llama.cpp: %d cases, max rel %.3g, max abs %.3g, mean abs %.3g, conf %.3g\n", n,
               diff.max_rel, diff.max_abs, diff.sum_abs / static_cast<double>(diff.n), diff.max_conf);
 }
 
@@ -233,11 +235,14 @@ TEST(Dspark, InjectionInPiecesAndRollback) {
   EXPECT_EQ(0, std::memcmp(l1.data(), d->logits(5), l1.size() * sizeof(float)));
   EXPECT_THROW(d->draft(c.tokens.back(), 7, t2, c2), Error);
   EXPECT_THROW(d->draft(-1, 6, t2, c2), Error);
-  EXPECT_GT(d->bytes(), 14000000u);
+  EXPECT_GT(d->bytes(), 7000000u);
 }
 
 // The features computed by les's own target forward pass (Context observer: the input of layer l
-// is "l_out" of layer l - 1) give llama.cpp's drafted tokens in every stored case.
+// is "l_out" of layer l - 1) give llama.cpp's drafted tokens. The target's Q4_K products quantize
+// activations to 8 bits, so les's features and llama.cpp's differ where a value lands on the other
+// level (ModelTiny.ReferenceLogitsMatchLlamaCpp); measured: 143 of 144 tokens (the last slot of
+// one case, after 5 identical ones). A wrong feature layer changes most of them.
 TEST(Dspark, TrainedDrafterWithLesFeaturesDraftsLlamaCppTokens) {
   LES_REQUIRE_FILE(dspark_path());
   LES_REQUIRE_FILE(test::tiny_moe_path());
@@ -257,8 +262,11 @@ TEST(Dspark, TrainedDrafterWithLesFeaturesDraftsLlamaCppTokens) {
     for (int i = 0; i < ref.n_draft; ++i) same += toks[static_cast<size_t>(i)] == c.drafted[static_cast<size_t>(i)];
     total += ref.n_draft;
     cases_same += toks == c.drafted;
-    EXPECT_EQ(toks, c.drafted) << "case " << ci;
+    // The first drafted token depends least on the chain: it must always agree.
+    EXPECT_EQ(toks.front(), c.drafted.front()) << "case " << ci;
   }
+  EXPECT_GE(same * 100, total * 97) << same << " of " << total << " drafted tokens identical";
+  EXPECT_GE(cases_same + 2, static_cast<int>(ref.cases.size()));
   std::printf("les features: %d/%d drafted tokens identical to llama.cpp (%d/%zu cases)\n", same, total, cases_same,
               ref.cases.size());
 }

@@ -21,6 +21,7 @@
 #include "les/quant/blocks.h"
 #include "les/quant/types.h"
 #include "les/util/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using les::Type;
@@ -649,11 +650,11 @@ TEST(GgufWriter, DiskFullLeavesNoPartialOutput) {
 // The trained model
 
 TEST(GgufModel, TinyMoeParses) {
-  const std::string path = std::string(LES_SHARED_MODELS) + "/tiny-moe-q3m.gguf";
-  if (!fs::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string path = les::test::tiny_moe_path();
+  LES_REQUIRE_FILE(path);
   const File f = les::gguf::read_file(path);
   EXPECT_EQ(f.version, 3u);
-  EXPECT_EQ(f.file_size, 112804928u);
+  EXPECT_EQ(f.file_size, 38108800u);
   EXPECT_EQ(f.get_string("general.architecture"), "qwen3moe");
   EXPECT_EQ(f.get_int("qwen3moe.block_count"), 8);
   EXPECT_EQ(f.get_int("qwen3moe.embedding_length"), 256);
@@ -673,15 +674,17 @@ TEST(GgufModel, TinyMoeParses) {
   EXPECT_EQ(f.tensors.size(), 3u + 8 * 12);
   struct Shape { std::string name; std::vector<int64_t> ne; Type type; };
   const std::vector<Shape> shapes = {
-      {"token_embd.weight", {256, 8000}, Type::F16},
-      {"output.weight", {256, 8000}, Type::F16},
+      {"token_embd.weight", {256, 8000}, Type::Q4_K},
+      {"output.weight", {256, 8000}, Type::Q6_K},
       {"output_norm.weight", {256}, Type::F32},
-      {"blk.0.attn_q.weight", {256, 256}, Type::F16},
-      {"blk.3.attn_k.weight", {256, 128}, Type::F16},
+      {"blk.0.attn_q.weight", {256, 256}, Type::Q4_K},
+      {"blk.0.attn_v.weight", {256, 128}, Type::Q6_K},
+      {"blk.3.attn_k.weight", {256, 128}, Type::Q4_K},
       {"blk.5.attn_q_norm.weight", {64}, Type::F32},
       {"blk.7.ffn_gate_inp.weight", {256, 64}, Type::F32},
-      {"blk.7.ffn_gate_exps.weight", {256, 128, 64}, Type::F16},
-      {"blk.2.ffn_down_exps.weight", {128, 256, 64}, Type::F16},
+      {"blk.7.ffn_gate_exps.weight", {256, 128, 64}, Type::Q4_K},
+      {"blk.0.ffn_down_exps.weight", {128, 256, 64}, Type::Q8_0},
+      {"blk.2.ffn_down_exps.weight", {128, 256, 64}, Type::Q5_0},
   };
   for (const Shape& s : shapes) {
     const les::gguf::TensorInfo* t = f.find_tensor(s.name);
@@ -713,7 +716,7 @@ TEST(GgufModel, LlamaCppVocabFilesParse) {
   };
   for (const Want& w : want) {
     const std::string path = std::string(LES_SOURCE_DIR) + "/tests/data/vocab/" + w.file;
-    if (!fs::exists(path)) continue;
+    LES_REQUIRE_FILE(path);
     SCOPED_TRACE(path);
     const File f = les::gguf::read_file(path);
     EXPECT_TRUE(f.tensors.empty());

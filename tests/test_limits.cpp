@@ -18,6 +18,7 @@
 #include "les/session/generate.h"
 #include "les/tokenizer/tokenizer.h"
 #include "model_edit.h"
+#include "skip.h"
 
 using namespace les;
 using les::test::error_of;
@@ -73,9 +74,9 @@ TEST(Limits, GenerationStopsAtTheContextLength) {
 }
 
 TEST(Limits, HugeContextIsAClearErrorNotBadAlloc) {
-  if (overcommit_mode() == 1) GTEST_SKIP() << "vm.overcommit_memory = 1: a huge allocation would succeed and be touched";
+  if (overcommit_mode() == 1) LES_SKIP_PLATFORM("vm.overcommit_memory = 1: a huge allocation would succeed and be touched");
   // ASan's and TSan's operator new abort on failure instead of throwing std::bad_alloc.
-  if (kSanitized) GTEST_SKIP() << "sanitizer allocators report a failed new as fatal";
+  if (kSanitized) LES_SKIP_PLATFORM("sanitizer build: its allocator reports a failed new as fatal");
   ScopedDir d;
   auto m = Model::load(les::test::small_synth_model(d, "m.gguf", "q8_0", 4));
   // 4 layers x INT_MAX positions x 32 floats: 1 TiB, more than this machine's RAM + swap.
@@ -87,7 +88,7 @@ TEST(Limits, HugeContextIsAClearErrorNotBadAlloc) {
 // Under an address-space limit (RLIMIT_AS) the allocation fails: a clear error in a child
 // process. Sanitizer runtimes reserve terabytes of address space, so this runs unsanitized only.
 TEST(Limits, AllocationFailureUnderAddressSpaceLimit) {
-  if (kSanitized) GTEST_SKIP() << "RLIMIT_AS is incompatible with sanitizer shadow memory";
+  if (kSanitized) LES_SKIP_PLATFORM("sanitizer build: RLIMIT_AS is incompatible with its shadow memory");
   ScopedDir d;
   const std::string path = les::test::small_synth_model(d, "m.gguf", "q8_0", 4);
   const pid_t pid = ::fork();

@@ -15,7 +15,7 @@ using les::test::tiny_moe_path;
 namespace {
 
 nlohmann::json load_ref() {
-  std::ifstream f(les::test::shared_models() + "/tiny-moe-q3m.ref.json");
+  std::ifstream f(les::test::trained_data() + "/tiny-moe-q4_k_m.ref.json");
   return nlohmann::json::parse(f);
 }
 
@@ -35,17 +35,19 @@ TEST(ModelTiny, LoadsAndDescribes) {
   EXPECT_EQ(c.n_ff_exp, 128);
   EXPECT_EQ(c.n_vocab, 8000);
   EXPECT_TRUE(c.norm_topk);
-  EXPECT_EQ(m->expert_size(0), 3u * 128u * 256u * 2u);  // F16 gate+up+down
+  // q4_k_m: gate and up Q4_K (144 bytes per 256), down Q8_0 in layer 0 (34 bytes per 32)
+  EXPECT_EQ(m->expert_size(0), 2u * 128u * 256u / 256u * 144u + 256u * 128u / 32u * 34u);
 }
 
 TEST(ModelTiny, ReferenceLogitsMatchLlamaCpp) {
   LES_REQUIRE_FILE(tiny_moe_path());
   const auto ref = load_ref();
-  const auto ref_logits = les::test::read_bytes(les::test::shared_models() + "/tiny-moe-q3m.ref-logits.f32");
+  const auto ref_logits = les::test::read_bytes(les::test::trained_data() + "/tiny-moe-q4_k_m.ref-logits.f32");
   const int nv = ref["n_vocab"];
   auto m = Model::load(tiny_moe_path());
   size_t row = 0;
   double worst = 0, worst_range = 0;
+  int close = 0;  // positions within 1e-4 of llama.cpp
   for (const auto& seq : ref["sequences"]) {
     std::vector<int32_t> toks = seq["tokens"].get<std::vector<int32_t>>();
     Context ctx(*m, ContextParams{.n_ctx = 64, .n_threads = 1});
@@ -62,16 +64,22 @@ TEST(ModelTiny, ReferenceLogitsMatchLlamaCpp) {
         lo = std::min(lo, theirs[v]);
         hi = std::max(hi, theirs[v]);
       }
+      close += md <= 1e-4;
       worst = std::max(worst, md);
       worst_range = std::max(worst_range, static_cast<double>(hi - lo));
     }
   }
-  // F16 weights with activations rounded to F16 as llama.cpp does: differences come only from
-  // summation order (llama.cpp differs from itself by up to 2e-3 across its CPU
-  // backends: haswell vs zen4). Measured here: 1.2e-3 on logits spanning ~25.
+  // Both programs quantize each activation to 8 bits (Q8_K) before a Q4_K/Q6_K product and form
+  // the same integer sums; only the float summation order differs. Measured (AVX-512, llama.cpp's
+  // zen4 backend): 27 of 32 positions within 1e-5; sequence 0 drifts from position 11 on (up to
+  // 0.020 at position 14), where one activation lands on the other 8-bit level and the positions
+  // after it see that through attention. A wrong block layout or scale moves every position by
+  // tenths of the logit range.
   RecordProperty("max_abs_diff", std::to_string(worst));
-  EXPECT_LT(worst, 3e-3) << "max abs logit diff vs llama.cpp";
-  std::printf("max |logit diff| vs llama.cpp: %.3g (logit range %.1f)\n", worst, worst_range);
+  EXPECT_GE(close, 24) << "positions within 1e-4 of llama.cpp";
+  EXPECT_LT(worst, 5e-2) << "max abs logit diff vs llama.cpp";
+  std::printf("max |logit diff| vs llama.cpp: %.3g (logit range %.1f), %d of %zu positions within 1e-4\n", worst,
+              worst_range, close, row);
 }
 
 TEST(ModelTiny, GreedyContinuationsMatchLlamaCpp) {

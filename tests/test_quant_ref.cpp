@@ -20,6 +20,7 @@
 #include "les/quant/types.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
+#include "skip.h"
 
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
@@ -291,7 +292,7 @@ __attribute__((target("f16c"))) uint16_t hw_f32_to_fp16(float f) {
 
 // The same conversion as F16C hardware (what llama.cpp uses on x86) on random bit patterns.
 TEST(QuantRefFp16, MatchesF16cHardware) {
-  if (!cpu_has_f16c()) GTEST_SKIP() << "no F16C";
+  if (!cpu_has_f16c()) LES_SKIP_CPU("no F16C");
   Rng r(42);
   for (int i = 0; i < 2000000; ++i) {
     uint32_t u = static_cast<uint32_t>(r.next());

@@ -26,6 +26,7 @@
 #include "les/quant/kernels_internal.h"
 #include "les/quant/types.h"
 #include "les/util/fp16.h"
+#include "skip.h"
 
 namespace les {
 
@@ -44,10 +45,10 @@ int tid(Type t) { return static_cast<int>(t); }
 class QuantSimd : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (!isa_supported(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << ": not supported by this CPU";
+    if (!isa_supported(GetParam())) LES_SKIP_CPU(isa_name(GetParam()) << ": not supported by this CPU");
     scalar_ = kernel_table(Isa::scalar);
     simd_ = kernel_table(GetParam());
-    if (!simd_) GTEST_SKIP() << isa_name(GetParam()) << ": kernels not compiled in";
+    if (!simd_) LES_SKIP_CPU(isa_name(GetParam()) << ": kernels not compiled for this architecture");
     ASSERT_NE(scalar_, nullptr);
   }
   const KernelTable* scalar_ = nullptr;
@@ -927,8 +928,8 @@ TEST_P(QuantSimd, GemmOfModelShape) {
 // GFNI-less one (the other tests cover it) and this skips.
 TEST(QuantSimdGfni, SameProductsWithAndWithoutGfni) {
   const KernelTable* with = kernel_table(Isa::avx512);
-  if (!with || !isa_supported(Isa::avx512)) GTEST_SKIP() << "no avx512";
-  if (!cpu_has_gfni()) GTEST_SKIP() << "no GFNI: the avx512 table in use is the one without it";
+  if (!with || !isa_supported(Isa::avx512)) LES_SKIP_CPU("no AVX-512");
+  if (!cpu_has_gfni()) LES_SKIP_CPU("no GFNI: the avx512 table in use is the one without it");
   KernelTable without = *with;
   fill_kernel_table_avx512_without_gfni(without);
   Gen g(31);
@@ -972,7 +973,7 @@ TEST(QuantSimdGfni, SameProductsWithAndWithoutGfni) {
 TEST(QuantSimdVnni, Q32ProductsEqualAvx2) {
   const KernelTable* vnni = kernel_table(Isa::avx_vnni);
   const KernelTable* avx2 = kernel_table(Isa::avx2);
-  if (!vnni || !isa_supported(Isa::avx_vnni)) GTEST_SKIP() << "no AVX-VNNI";
+  if (!vnni || !isa_supported(Isa::avx_vnni)) LES_SKIP_CPU("no AVX-VNNI");
   Gen g(47);
   int checked = 0;
   for (Type wt : {Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1, Type::IQ4_NL}) {
@@ -1012,7 +1013,7 @@ TEST(QuantSimdVnni, Q32ProductsEqualAvx2) {
 // four products of a lane (u = 255 with s = -128 saturates a plain vpmaddubsw), accumulators near
 // the int32 limits, and random bytes; the u <= 127 path on every u <= 127.
 TEST(DpbusdAvx2, ExactForEveryBytePair) {
-  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2";
+  if (!isa_supported(Isa::avx2)) LES_SKIP_CPU("no AVX2");
   std::mt19937 rng(7);
   uint8_t u[32];
   int8_t s[32];

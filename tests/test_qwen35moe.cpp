@@ -618,7 +618,7 @@ TEST(Qwen35Moe, MtpDraftHead) {
 
 TEST(Qwen35MoeVsLlamaCppMtp, DraftLogitsAndHidden) {
 #ifndef LES_MTP_REF
-  GTEST_SKIP() << "llama.cpp MTP reference not built (configure with -DLES_LLAMACPP_SRC=<llama.cpp tree>)";
+  LES_SKIP_OPTIONAL("llama.cpp MTP reference not built (configure with -DLES_LLAMACPP_SRC=<llama.cpp tree>)");
 #else
   LES_REQUIRE_LLAMACPP();
   const std::string dir = temp_dir();

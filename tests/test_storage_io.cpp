@@ -25,6 +25,7 @@
 #include "les/storage/io.h"
 #include "les/storage/io_internal.h"
 #include "les/util/error.h"
+#include "skip.h"
 
 using namespace les::storage;
 using namespace std::chrono_literals;
@@ -197,7 +198,7 @@ TEST(StorageIoAlign, PopulateParallelMakesTheWholeRangeResident) {
     // pages to fault, and the cuts cannot be checked.
     AlignedBuffer one(40 * kMiB);
     one.populate(kMiB, 24 * kMiB);
-    if (touch_faults(one.data() + kMiB, 24 * kMiB) > 2) GTEST_SKIP() << "populate() does not pre-fault pages here (an emulator?)";
+    if (touch_faults(one.data() + kMiB, 24 * kMiB) > 2) LES_SKIP_PLATFORM("populate() does not pre-fault pages here (an emulator?)");
   }
   for (int threads = 1; threads <= 5; ++threads) {
     AlignedBuffer b(64 * kMiB);
@@ -837,7 +838,7 @@ TEST(StorageIoStress, DestroyWithWorkQueued) {
 // server runs each request on its own thread); destruction with work queued neither hangs nor
 // leaks (ASan/TSan builds run this too).
 TEST(StorageIoUring, BothWaysOfReapingCompletions) {
-  if (!have_uring()) GTEST_SKIP() << "io_uring unavailable here";
+  if (!have_uring()) LES_SKIP_PLATFORM("io_uring unavailable (kernel or seccomp)");
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/reap.bin";

@@ -348,7 +348,7 @@ TEST(Streaming, ChunkedReadsAreBitIdenticalOnEveryBackend) {
 // slots (not registered) read as before once released; other backends say they have none.
 TEST(Streaming, RegisteredBuffersAreBitIdentical) {
   LES_REQUIRE_FILE(tiny_moe_path());
-  if (!storage::have_uring()) GTEST_SKIP() << "no io_uring in this build";
+  if (!storage::have_uring()) LES_SKIP_PLATFORM("io_uring unavailable (kernel or seccomp)");
   auto resident = Model::load(tiny_moe_path());
   auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
   const auto ref = run_hashes(*resident, nullptr, 1, 6);
@@ -365,7 +365,9 @@ TEST(Streaming, RegisteredBuffersAreBitIdentical) {
       EXPECT_EQ(run_hashes(*m, &ex, 1, 6), ref) << "registered " << reg << " chunk " << chunk;
       const storage::IoCounters io = ex.stats().io;
       if (reg && ex.stats().registered_bytes > 0) {
-        EXPECT_EQ(ex.stats().registered_bytes, static_cast<uint64_t>(ex.stats().n_slots) * ex.stats().slot_bytes);
+        uint64_t in_use = 0;  // the slots in use, of every slot size (the withheld ones are not registered)
+        for (const auto& [bytes, slots] : ex.stats().slot_classes) in_use += bytes * static_cast<uint64_t>(slots);
+        EXPECT_EQ(ex.stats().registered_bytes, in_use);
         EXPECT_GT(io.fixed_reads, 0u);
         EXPECT_LE(io.fixed_reads, io.syscalls);
         // Released slots are outside the registration: their reads go as plain reads.
@@ -387,7 +389,8 @@ TEST(Streaming, SmallestCacheHandlesBigBatches) {
   LES_REQUIRE_FILE(tiny_moe_path());
   auto resident = Model::load(tiny_moe_path());
   auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
-  // 4 slots = k: a 32-token prompt routes to far more than 4 distinct experts per layer.
+  // 4 slots = k (of each of the file's two slot sizes): a 32-token prompt routes to far more than 4
+  // distinct experts per layer.
   std::vector<int32_t> prompt;
   for (int i = 0; i < 32; ++i) prompt.push_back(100 + 37 * i);
   auto logits_of = [&](const Model& model, ExpertSource* src) {
@@ -399,7 +402,9 @@ TEST(Streaming, SmallestCacheHandlesBigBatches) {
     StreamingExperts ex(*m, opts(*m, s, storage::IoMode::pread, 4));
     EXPECT_EQ(logits_of(*m, &ex), logits_of(*resident, nullptr)) << schedule_name(s);
   }
-  EXPECT_THROW(StreamingExperts(*m, opts(*m, Schedule::lookahead, storage::IoMode::pread, 3)), les::Error);
+  StreamingOptions too_small = opts(*m, Schedule::lookahead, storage::IoMode::pread, 4);
+  too_small.cache_bytes -= 1;  // one byte short of 4 slots of each size
+  EXPECT_THROW(StreamingExperts(*m, too_small), les::Error);
 }
 
 TEST(Streaming, ResidentExpertsComputeFirst) {
@@ -446,6 +451,35 @@ TEST(Streaming, BudgetTooSmallStatesTheMinimum) {
   EXPECT_LE(p.dense + p.kv + p.work + p.overhead + p.cache, p.total);
 }
 
+// The bundled Q4_K_M file has two expert sizes (its down projections are Q8_0 in some layers and
+// Q5_0 in others): the minimum budget holds n_expert_used slots of each, the budget at exactly that
+// minimum streams, and a budget beyond every expert holds every expert and no more.
+TEST(Streaming, BudgetMinimumCountsEverySlotSize) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  auto m = Model::load(tiny_moe_path(), LoadOptions{.map_experts = false});
+  const std::vector<uint64_t> sizes = StreamingExperts::layer_slot_bytes_for(*m, storage::IoMode::pread);
+  std::vector<uint64_t> distinct = sizes;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  ASSERT_EQ(distinct.size(), 2u);
+  const BudgetPlan big = plan_budget(*m, 1ull << 40, 64, 16, sizes);
+  uint64_t all = 0;
+  for (uint64_t b : sizes) all += b * 64;
+  EXPECT_EQ(big.cache, all) << "more slots than experts";
+  EXPECT_EQ(big.n_slots, 8u * 64u);
+  const uint64_t min = big.fixed() + 4 * (distinct[0] + distinct[1]);
+  const std::string msg = les::test::error_of([&] { plan_budget(*m, min - 1, 64, 16, sizes); });
+  EXPECT_NE(msg.find("4 expert slots of each of 2 slot sizes"), std::string::npos) << msg;
+  const BudgetPlan p = plan_budget(*m, min, 64, 16, sizes);
+  EXPECT_EQ(p.n_slots, 8u);
+  StreamingOptions o = opts(*m, Schedule::lookahead, storage::IoMode::pread, 4);
+  o.cache_bytes = p.cache;
+  StreamingExperts ex(*m, o);
+  EXPECT_EQ(ex.n_slots(), 8);
+  auto resident = Model::load(tiny_moe_path());
+  EXPECT_EQ(run_hashes(*m, &ex, 1, 4), run_hashes(*resident, nullptr, 1, 4));
+}
+
 // Slot pools: the cache's bytes split in proportion to the bytes of the experts each pool serves,
 // every pool at least min_slots, nothing over the cache, leftovers to the least-served pool.
 TEST(SlotClasses, SplitInProportionToExpertBytes) {
@@ -457,7 +491,7 @@ TEST(SlotClasses, SplitInProportionToExpertBytes) {
   EXPECT_EQ(one[0].layers, (std::vector<int>{0, 1, 2}));
   // Three sizes over five layers.
   const std::vector<uint64_t> sizes = {4 * K, 2 * K, 2 * K, 1 * K, 4 * K};
-  for (uint64_t cache : {40 * K, 97 * K, 250 * K, 1000 * K}) {
+  for (uint64_t cache : {40 * K, 97 * K, 180 * K, 250 * K, 1000 * K}) {
     const auto p = plan_slot_classes(sizes, 16, 2, cache);
     ASSERT_EQ(p.size(), 3u);
     EXPECT_EQ(p[0].slot_bytes, 4 * K);  // largest first
@@ -469,14 +503,28 @@ TEST(SlotClasses, SplitInProportionToExpertBytes) {
       used += c.slot_bytes * static_cast<uint64_t>(c.n_slots);
     }
     EXPECT_LE(used, cache);
+    if (cache >= 13 * 16 * K) {
+      // More than every expert: each pool holds all of its experts, the rest stays unused.
+      EXPECT_EQ(used, 13 * 16 * K);
+      for (const auto& c : p) EXPECT_EQ(c.n_slots, static_cast<int>(c.layers.size()) * 16);
+      continue;
+    }
     EXPECT_GT(used + 1 * K, cache) << "a leftover that fits the smallest slot was not handed out";
     // Fractions of each pool's experts held: equal up to a slot or two (and the minimum).
-    if (cache >= 250 * K) {
+    if (cache >= 180 * K) {
       const double f0 = p[0].n_slots / 32.0, f1 = p[1].n_slots / 32.0, f2 = p[2].n_slots / 16.0;
       EXPECT_NEAR(f0, f1, 2.0 / 16);
       EXPECT_NEAR(f0, f2, 2.0 / 16);
     }
   }
+  // A pool raised to min_slots takes its bytes from the others (one slot of 1 KiB for 16 experts,
+  // 7 layers of 8 KiB): the proportional split gives the 8 KiB pool 5 slots, which no longer fit
+  // beside the 1 KiB pool's 4; it gives one back, and the leftover goes to the 1 KiB pool.
+  const std::vector<uint64_t> skewed = {1 * K, 8 * K, 8 * K, 8 * K, 8 * K, 8 * K, 8 * K, 8 * K};
+  const auto t = plan_slot_classes(skewed, 16, 4, 43 * K);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].n_slots, 4);
+  EXPECT_EQ(t[1].n_slots, 11);
   // Too small for min_slots of each size: the error names the sizes.
   const std::string msg = les::test::error_of([&] { plan_slot_classes(sizes, 16, 4, 20 * K); });
   EXPECT_NE(msg.find("each expert size"), std::string::npos) << msg;
@@ -524,7 +572,7 @@ TEST(SlotClasses, MixedPrecisionFileStreamsBitIdentically) {
 // the kernel has COOP_TASKRUN). Logits are identical either way, and --stats says which.
 TEST(Streaming, CompletionReapingFollowsTheLayout) {
   LES_REQUIRE_FILE(tiny_moe_path());
-  if (!storage::have_uring()) GTEST_SKIP() << "no io_uring in this build";
+  if (!storage::have_uring()) LES_SKIP_PLATFORM("io_uring unavailable (kernel or seccomp)");
   les::test::ScopedDir d;
   const std::string packed = d.file("tiny-packed.gguf");
   pack::pack_model(tiny_moe_path(), packed);

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "skip.h"
+
 namespace les::test {
 
 // Sanitized builds (gcc's __SANITIZE_* macros, clang's __has_feature).
@@ -41,10 +43,14 @@ inline bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-inline std::string shared_models() { return LES_SHARED_MODELS; }
-inline std::string tiny_moe_path() { return shared_models() + "/tiny-moe-q3m.gguf"; }
-inline std::string tiny_draft_path() { return shared_models() + "/tiny-draft-q3.gguf"; }
 inline std::string source_dir() { return LES_SOURCE_DIR; }
+// The trained models in models/ (models/README.md) and their data in tests/data/trained
+// (tests/data/trained/README.md): the repository's own fixtures, never skipped for.
+inline std::string trained_data() { return source_dir() + "/tests/data/trained"; }
+inline std::string tiny_moe_path() { return source_dir() + "/models/tiny-moe-q4_k_m.gguf"; }
+inline std::string tiny_draft_path() { return source_dir() + "/models/tiny-draft-q8_0.gguf"; }
+inline std::string tiny_dspark_path() { return source_dir() + "/models/tiny-moe-dspark-q8_0.gguf"; }
+inline std::string tiny_val_text_path() { return trained_data() + "/tiny-moe-val.txt"; }
 
 // The whole file in one read (a byte-wise iterator copy takes most of a minute for a 100 MB model
 // in an unoptimised sanitizer build); empty if it cannot be read.
@@ -68,8 +74,10 @@ inline std::string temp_dir() {
   return d ? std::string(d) : base;
 }
 
+// A fixture the repository carries: its absence is a failure, never a skip.
 #define LES_REQUIRE_FILE(path) \
-  do { if (!::les::test::file_exists(path)) GTEST_SKIP() << "missing " << (path); } while (0)
+  do { if (!::les::test::file_exists(path)) GTEST_FAIL() << "missing test fixture " << (path); } while (0)
+
 
 }  // namespace les::test
 

@@ -188,7 +188,7 @@ TEST_P(VsLlamaCppIq4, TrainedModelQuantizedByLes) {
     EXPECT_GT(counts[Type::IQ4_NL], 0) << "ffn_down rows of 128 should fall back to iq4_nl";
   }
 
-  std::ifstream rf(shared_models() + "/tiny-moe-q3m.ref.json");
+  std::ifstream rf(trained_data() + "/tiny-moe-q4_k_m.ref.json");
   const auto ref = nlohmann::json::parse(rf);
   std::vector<std::vector<int32_t>> seqs;
   for (const auto& s : ref["sequences"]) seqs.push_back(s["tokens"].get<std::vector<int32_t>>());
@@ -263,7 +263,7 @@ TEST(VsLlamaCppMixed, MixedRecipeFileRunsInLlamaCpp) {
   const std::string path = dir + "/mixed.gguf";
   quantize_model(tiny_moe_path(), path, mixed::plan_from_recipe(r, in, 2));
   EXPECT_EQ(mixed::recipe_from_gguf(gguf::read_file(path)).entries.size(), r.entries.size());
-  std::ifstream rf(shared_models() + "/tiny-moe-q3m.ref.json");
+  std::ifstream rf(trained_data() + "/tiny-moe-q4_k_m.ref.json");
   const auto ref = nlohmann::json::parse(rf);
   std::vector<std::vector<int32_t>> seqs;
   for (const auto& s : ref["sequences"]) seqs.push_back(s["tokens"].get<std::vector<int32_t>>());
@@ -272,13 +272,13 @@ TEST(VsLlamaCppMixed, MixedRecipeFileRunsInLlamaCpp) {
               a.max_abs, a.max_rel, a.mean_rel, a.argmax_agree, a.positions);
   ASSERT_GT(a.positions, 0);
   EXPECT_EQ(a.argmax_agree, a.positions);
-  // On the fast quantizer's file one activation rounds to the other 8-bit level at one position
-  // under the other summation order, and that sequence drifts: max rel 7.3e-4, mean 2.3e-5, argmax
-  // 32/32, with llama.cpp's zen4, icelake, skylakex, alderlake and haswell CPU variants alike (the
-  // reference quantizer's file happened to agree to 6.4e-7). A type decoded wrongly moves every
-  // position by tenths of the logit range.
+  // Both sides quantize the activations alike and form the same integer sums; the float order
+  // differs, and where an activation lands on the other 8-bit level the sequence drifts from there
+  // (measured on the bundled model's requantized copy: max rel 5.1e-3, mean 7.7e-4, argmax 32/32;
+  // from the F16 original's: 7.3e-4 and 2.3e-5). A type decoded wrongly moves every position by
+  // tenths of the logit range.
   EXPECT_LE(a.max_rel, 1e-2);
-  EXPECT_LE(a.mean_rel, 5e-4);
+  EXPECT_LE(a.mean_rel, 2e-3);
   std::string cleanup = "rm -rf '" + dir + "'";
   (void)std::system(cleanup.c_str());
 }

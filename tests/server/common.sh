@@ -2,7 +2,9 @@
 #   start_server OUTVAR [les serve flags...]: starts `les serve --port 0 ...` in the background,
 #     waits for its "listening on http://HOST:PORT" line (60 s at most) and sets OUTVAR to the base
 #     URL; SERVER_PID and SERVER_LOG are set. stop_server: SIGTERM, wait, and fail unless it exits 0.
-#   skip MSG: exit 77 (CTest's skip code, see SKIP_RETURN_CODE in CMakeLists.txt).
+#   skip MSG: an optional tool is missing: exit 77 (CTest's skip code, see SKIP_RETURN_CODE in
+#     CMakeLists.txt), recorded in $LES_SKIP_LOG as tests/test_main.cpp records skipped tests.
+#   need_model: fails unless the model file exists (a fixture of the repository, never skipped for).
 #   need_node: skips unless node >= 20 and tools/js-harness/node_modules exist.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -15,7 +17,14 @@ cleanup() {
   rm -rf "$WORK"
 }
 
-skip() { echo "SKIP: $*"; exit 77; }
+skip() {
+  echo "SKIP: $*"
+  if [ -n "${LES_SKIP_LOG:-}" ]; then
+    printf 'optional\t%s\t%s\n' "$*" "ServerCli.$(basename "$0" .sh)" >>"$LES_SKIP_LOG"
+  fi
+  exit 77
+}
+need_model() { [ -f "$MODEL" ] || { echo "FAIL: missing test fixture $MODEL" >&2; exit 1; }; }
 # A sanitizer report in the server log is shown from its start (its first lines name the race
 # or the bad access); otherwise the log's last 50 lines.
 fail() {

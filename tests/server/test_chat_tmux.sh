@@ -13,7 +13,7 @@ LES=$1 MODEL=$2
 source "$(dirname "$0")/common.sh"
 unset TMUX  # a test run from inside tmux: this test drives its own private tmux server
 command -v tmux >/dev/null 2>&1 || skip "tmux not found"
-[ -f "$MODEL" ] || skip "missing $MODEL"
+need_model
 LES=$(cd "$(dirname "$LES")" && pwd)/$(basename "$LES")
 
 SOCK=les-chat-test-$$

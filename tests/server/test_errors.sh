@@ -7,7 +7,7 @@
 LES=$1 MODEL=$2
 source "$(dirname "$0")/common.sh"
 command -v curl >/dev/null || skip "curl not found"
-[ -f "$MODEL" ] || skip "missing $MODEL"
+need_model
 
 KEY=err-key
 start_server URL --api-key $KEY -c 64 --queue 1

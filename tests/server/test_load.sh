@@ -12,7 +12,7 @@
 LES=$1 MODEL=$2 CLIENTS=${3:-${LES_LOAD_CLIENTS:-100}}
 source "$(dirname "$0")/common.sh"
 need_node
-[ -f "$MODEL" ] || skip "missing $MODEL"
+need_model
 KEY=load-key
 start_server URL --api-key $KEY -c 1024 --queue 128
 node "$ROOT/tests/server/load_clients.mjs" "$URL" $KEY "$(basename "$MODEL")" "$CLIENTS" || fail "load clients"

@@ -4,7 +4,7 @@
 LES=$1 MODEL=$2
 source "$(dirname "$0")/common.sh"
 need_node
-[ -f "$MODEL" ] || skip "missing $MODEL"
+need_model
 N=24
 CHAT_PROMPT="Tell me about the king of the land."
 COMP_PROMPT="In the beginning God created the heaven and the earth. And the earth was"

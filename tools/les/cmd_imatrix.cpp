@@ -139,7 +139,7 @@ int cmd_imatrix(int argc, char** argv) {
     if (streaming) {
       StreamingOptions so;
       const BudgetPlan plan = plan_budget(*model, parse_size(a.str("--mem"), "--mem"), cp.n_ctx, cp.n_batch,
-                                          StreamingExperts::slot_bytes_for(*model, so.io_mode));
+                                          StreamingExperts::layer_slot_bytes_for(*model, so.io_mode));
       so.cache_bytes = plan.cache;
       experts = std::make_unique<StreamingExperts>(*model, so);
       std::fprintf(stderr, "%s\n", plan.describe().c_str());

@@ -4,10 +4,10 @@
 # and ggml are needed: `cmake --build build --target llama -j2`). Never run in CI.
 #   LLAMA_CPP=/path/to/llama.cpp tools/llamacpp-ref/build_dspark_dump.sh [OUT]
 # Then regenerate the references (from the repository root):
-#   M=../shared/models
-#   OUT/dspark_dump $M/tiny-moe-q3m.gguf $M/tiny-moe-dspark.gguf $M/tiny-moe-val.txt tests/data/dspark_trained.bin
-#   build/les synth --arch dflash --target $M/tiny-moe-q3m.gguf --seed 7 -o /tmp/dspark-synth.gguf
-#   OUT/dspark_dump $M/tiny-moe-q3m.gguf /tmp/dspark-synth.gguf $M/tiny-moe-val.txt tests/data/dspark_synth.bin \
+#   V=tests/data/trained/tiny-moe-val.txt
+#   OUT/dspark_dump models/tiny-moe-q4_k_m.gguf models/tiny-moe-dspark-q8_0.gguf $V tests/data/dspark_trained.bin
+#   build/les synth --arch dflash --target models/tiny-moe-q4_k_m.gguf --seed 7 -o /tmp/dspark-synth.gguf
+#   OUT/dspark_dump models/tiny-moe-q4_k_m.gguf /tmp/dspark-synth.gguf $V tests/data/dspark_synth.bin \
 #       --full 2 --features 0
 set -euo pipefail
 LLAMA_CPP=${LLAMA_CPP:-/work/llama.cpp}

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Re-check this harness against the stored llama.cpp reference of tiny-moe-q3m:
+// Re-check this harness against the stored llama.cpp reference of the bundled trained model:
 // logits of the 2 reference sequences, the 3 greedy continuations, tokenization.
 import fs from "node:fs";
 import os from "node:os";
@@ -8,22 +8,25 @@ import { spawnSync } from "node:child_process";
 import { HERE, parseArgs } from "./common.mjs";
 
 const USAGE = `
-usage: node verify-tiny.mjs [--models DIR] [--tol 5e-3]
+usage: node verify-tiny.mjs [--model FILE] [--ref REF.json] [--tol 5e-3]
 
-Runs logits.mjs, greedy.mjs and tokenize.mjs on DIR/tiny-moe-q3m.gguf
-(default DIR: $LES_SHARED_MODELS or /work/shared/models) and compares with
-tiny-moe-q3m.ref.json / .ref-logits.f32. Prints a JSON summary; exit status 1
+Runs logits.mjs, greedy.mjs and tokenize.mjs on FILE (default: the repository's
+models/tiny-moe-q4_k_m.gguf) and compares with its stored reference REF.json and
+the logits file it names beside it (default:
+tests/data/trained/tiny-moe-q4_k_m.ref.json). Prints a JSON summary; exit status 1
 when the max abs logit diff > --tol, an argmax differs, or a greedy/tokenize
 result differs. A non-zero diff is expected when the CPU backend variant
 differs from the one that made the reference (see README.md).
 `;
 const args = parseArgs(process.argv.slice(2), {
-    models: { type: "string", default: process.env.LES_SHARED_MODELS ?? "/work/shared/models" },
+    model: { type: "string", default: path.join(HERE, "../../models/tiny-moe-q4_k_m.gguf") },
+    ref: { type: "string", default: path.join(HERE, "../../tests/data/trained/tiny-moe-q4_k_m.ref.json") },
     tol: { type: "string", default: "5e-3" },
 }, USAGE);
 
-const model = path.join(args.models, "tiny-moe-q3m.gguf");
-const ref = JSON.parse(fs.readFileSync(path.join(args.models, "tiny-moe-q3m.ref.json"), "utf8"));
+const model = args.model;
+const ref = JSON.parse(fs.readFileSync(args.ref, "utf8"));
+const refLogits = path.join(path.dirname(args.ref), ref.logits_file);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "llref-"));
 const run = (script, argv, input) => {
     const r = spawnSync(process.execPath, [path.join(HERE, script), ...argv], { input, encoding: "utf8", maxBuffer: 1 << 28 });
@@ -37,7 +40,7 @@ let ok = true;
 // 1. logits
 const f32 = path.join(tmp, "l.f32");
 const lj = JSON.parse(run("logits.mjs", ["--model", model, ...ref.sequences.flatMap((s) => ["--tokens", s.tokens.join(",")]), "--out", f32, "--json", "-"]));
-const cmp = JSON.parse(run("compare.mjs", [f32, path.join(args.models, "tiny-moe-q3m.ref-logits.f32"), "--n-vocab", String(ref.n_vocab)]));
+const cmp = JSON.parse(run("compare.mjs", [f32, refLogits, "--n-vocab", String(ref.n_vocab)]));
 const top10Same = lj.sequences.every((s, i) => s.positions.every((p, j) =>
     JSON.stringify(p.top10.map((x) => x[0])) === JSON.stringify(ref.sequences[i].positions[j].top10.map((x) => x[0]))));
 out.logits = {

@@ -175,16 +175,17 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
       Tokenizer tok(vocab_from_gguf(model->gguf()));
       toks = make_prompt(o, tok, c.n_vocab);
       const int n_ctx = ctx_for(o, toks.size());
-      const uint64_t slot = StreamingExperts::slot_bytes_for(*model, storage::IoMode::naive);
+      const std::vector<uint64_t> slots = StreamingExperts::layer_slot_bytes_for(*model, storage::IoMode::naive);
+      const uint64_t slot = *std::max_element(slots.begin(), slots.end());
       p.mem = o.mem;
       if (p.mem == 0) {
         // The budget whose baseline cache holds cache_share of the experts: the fixed part
         // (dense, KV, work, overhead) plus that share (to a whole slot).
-        const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slot);
-        const uint64_t fixed = big.total - big.cache;
+        const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slots);
+        const uint64_t fixed = big.fixed();
         p.mem = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total)) + slot / 2;
       }
-      const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slot);  // throws: budget too small
+      const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slots);  // throws: budget too small
       p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
     }
     IoProbeOptions po;

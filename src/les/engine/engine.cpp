@@ -40,7 +40,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
 
   if (streaming) {
     StreamingOptions so = opts_.streaming;
-    const uint64_t slot = StreamingExperts::slot_bytes_for(*model_, so.io_mode);
+    const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*model_, so.io_mode);
     const uint64_t drafter_bytes = drafter_ ? drafter_->resident_bytes() : 0;
     plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes);
     so.cache_bytes = plan_.cache;

@@ -1,5 +1,5 @@
 // Evaluation of a token stream in fixed windows, as the perplexity protocol of
-// ../shared/models/README.md and llama.cpp's llama-perplexity do it:
+// tests/data/trained/README.md and llama.cpp's llama-perplexity do it:
 //
 //   window w = tokens[w*n_ctx, (w+1)*n_ctx); consecutive, non-overlapping; a partial last window
 //   is dropped. Every window is evaluated from an empty context at position 0, as one batch.

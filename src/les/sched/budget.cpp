@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "les/model/delta_net.h"
+#include "les/sched/streaming_experts.h"
 #include "les/util/error.h"
 
 namespace les {
@@ -16,15 +17,17 @@ double mib(uint64_t b) { return static_cast<double>(b) / 1048576.0; }
 std::string BudgetPlan::describe() const {
   const std::string rec = recurrent ? strfmt(" + recurrent state %.1f", mib(recurrent)) : std::string();
   const std::string dr = drafter ? strfmt(" + drafter %.1f", mib(drafter)) : std::string();
+  const bool one_size = cache == n_slots * slot_bytes;
   return strfmt("budget %.1f MiB = dense %.1f + KV %.1f%s + work %.1f + overhead %.1f%s + expert cache %.1f "
-                "(%llu slots of %.2f MiB)",
+                "(%llu slots of %s%.2f MiB)",
                 mib(total), mib(dense), mib(kv), rec.c_str(), mib(work), mib(overhead), dr.c_str(), mib(cache),
-                static_cast<unsigned long long>(n_slots), mib(slot_bytes));
+                static_cast<unsigned long long>(n_slots), one_size ? "" : "up to ", mib(slot_bytes));
 }
 
-BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
-                       uint64_t drafter_bytes) {
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
+                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes) {
   const ModelConfig& c = model.config();
+  LES_ASSERT(!layer_slot_bytes.empty());
   BudgetPlan p;
   p.total = mem_bytes;
   p.dense = model.dense_bytes();
@@ -42,21 +45,40 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
   p.work = per_tok * static_cast<uint64_t>(std::max(1, n_batch)) + static_cast<uint64_t>(c.n_vocab) * 8 +
            static_cast<uint64_t>(n_ctx) * 4 * 2;
   p.overhead = 16ull << 20;  // code, libraries, tokenizer, allocator slack (measured ~12 MiB)
-  p.slot_bytes = slot_bytes;
+  p.slot_bytes = *std::max_element(layer_slot_bytes.begin(), layer_slot_bytes.end());
   p.drafter = drafter_bytes;
-  const uint64_t fixed = p.dense + p.kv + p.recurrent + p.work + p.overhead + p.drafter;
-  const uint64_t min_cache = slot_bytes * static_cast<uint64_t>(c.n_expert_used);
+  const uint64_t fixed = p.fixed();
+  // n_expert_used slots of each distinct slot size (each size is a pool of its own).
+  std::vector<uint64_t> sizes = layer_slot_bytes;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  uint64_t min_cache = 0;
+  for (uint64_t s : sizes) min_cache += s * static_cast<uint64_t>(c.n_expert_used);
+  const std::string slots_desc =
+      sizes.size() == 1 ? strfmt("%d expert slots of %.2f MiB", c.n_expert_used, mib(sizes[0]))
+                        : strfmt("%d expert slots of each of %zu slot sizes, %.2f MiB", c.n_expert_used, sizes.size(),
+                                 mib(min_cache));
   if (mem_bytes < fixed + min_cache) {
     throw Error(strfmt("--mem %.1f MiB is too small: this model needs at least %.1f MiB (dense weights %.1f, "
                        "KV cache %.1f at context %d, recurrent state %.1f, work buffers %.1f, overhead %.1f, drafter %.1f, "
-                       "and %d expert slots of %.2f MiB)",
+                       "and %s)",
                        mib(mem_bytes), mib(fixed + min_cache), mib(p.dense), mib(p.kv), n_ctx, mib(p.recurrent), mib(p.work),
-                       mib(p.overhead), mib(p.drafter), c.n_expert_used, mib(slot_bytes)));
+                       mib(p.overhead), mib(p.drafter), slots_desc.c_str()));
   }
-  p.cache = mem_bytes - fixed;
-  p.n_slots = p.cache / slot_bytes;
-  p.cache = p.n_slots * slot_bytes;
+  p.cache = 0;
+  p.n_slots = 0;
+  for (const SlotClassPlan& cl : plan_slot_classes(layer_slot_bytes, c.n_expert, c.n_expert_used, mem_bytes - fixed)) {
+    p.cache += cl.slot_bytes * static_cast<uint64_t>(cl.n_slots);
+    p.n_slots += static_cast<uint64_t>(cl.n_slots);
+  }
   return p;
+}
+
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
+                       uint64_t drafter_bytes) {
+  const int n_layers = std::max(1, model.config().n_layer);
+  return plan_budget(model, mem_bytes, n_ctx, n_batch, std::vector<uint64_t>(static_cast<size_t>(n_layers), slot_bytes),
+                     drafter_bytes);
 }
 
 uint64_t peak_rss_bytes() {

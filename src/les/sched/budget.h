@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "les/model/model.h"
 
@@ -19,11 +20,20 @@ struct BudgetPlan {
   uint64_t cache = 0;      // what is left for expert slots
   uint64_t slot_bytes = 0;
   uint64_t n_slots = 0;
+  // Everything but the expert cache.
+  uint64_t fixed() const { return dense + kv + recurrent + work + overhead + drafter; }
   std::string describe() const;  // one line, human readable
 };
 
 // Throws les::Error stating the minimum budget if dense + state + the minimal expert cache
-// (n_expert_used slots) do not fit. drafter_bytes: what a speculative drafter keeps resident.
+// (n_expert_used slots of each slot size: plan_slot_classes) do not fit. layer_slot_bytes: the
+// expert slot size of every expert layer (StreamingExperts::layer_slot_bytes_for); cache and
+// n_slots are then what the slot pools of that cache hold (never more slots than experts: a budget
+// beyond dense + state + every expert leaves the rest unused). drafter_bytes: what a speculative
+// drafter keeps resident.
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
+                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes = 0);
+// The same with one slot size for every expert layer.
 BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
                        uint64_t drafter_bytes = 0);
 

@@ -84,6 +84,13 @@ uint64_t StreamingExperts::slot_bytes_for(const Model& model, storage::IoMode mo
   return ExpertLayout(model, mode == storage::IoMode::naive ? 1 : storage::kDirectIoAlign).slot_bytes();
 }
 
+std::vector<uint64_t> StreamingExperts::layer_slot_bytes_for(const Model& model, storage::IoMode mode) {
+  const ExpertLayout layout(model, mode == storage::IoMode::naive ? 1 : storage::kDirectIoAlign);
+  std::vector<uint64_t> out(static_cast<size_t>(layout.n_layer()));
+  for (int l = 0; l < layout.n_layer(); ++l) out[static_cast<size_t>(l)] = layout.slot_bytes(l);
+  return out;
+}
+
 StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& opt)
     : model_(model),
       cfg_(model.config()),

@@ -206,8 +206,10 @@ class StreamingExperts final : public ExpertSource {
   int n_slots() const { return static_cast<int>(slots_.size()); }
   const std::vector<SlotClassPlan>& slot_classes() const { return class_plan_; }
   uint64_t slot_bytes() const { return layout_.slot_bytes(); }
-  // Bytes a cache of n slots needs (for budget arithmetic).
+  // The largest expert slot of the model read through `mode` (for budget arithmetic).
   static uint64_t slot_bytes_for(const Model& model, storage::IoMode mode);
+  // The slot size of every expert layer ([n expert layers]: the trunk's, and the MTP block's).
+  static std::vector<uint64_t> layer_slot_bytes_for(const Model& model, storage::IoMode mode);
 
  private:
   enum class SlotState : uint8_t { free, loading, ready };

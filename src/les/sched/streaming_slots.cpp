@@ -36,8 +36,10 @@ std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_
     for (const auto& c : cls) s += strfmt("%s%.2f MiB (%zu layers)", s.empty() ? "" : ", ", c.slot_bytes / 1048576.0, c.layers.size());
     return s;
   };
+  // A pool never needs more slots than it has experts.
+  auto cap = [&](const SlotClassPlan& c) { return static_cast<int>(c.layers.size()) * n_expert; };
   if (cls.size() == 1) {
-    cls[0].n_slots = static_cast<int>(std::min<uint64_t>(cache_bytes / cls[0].slot_bytes, INT32_MAX));
+    cls[0].n_slots = static_cast<int>(std::min<uint64_t>(cache_bytes / cls[0].slot_bytes, static_cast<uint64_t>(cap(cls[0]))));
   } else {
     double total = 0;  // bytes of all experts, in slots
     for (const auto& c : cls) total += static_cast<double>(c.slot_bytes) * static_cast<double>(c.layers.size()) * n_expert;
@@ -45,24 +47,38 @@ std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_
     for (auto& c : cls) {
       const double share = static_cast<double>(cache_bytes) * static_cast<double>(c.slot_bytes) *
                            static_cast<double>(c.layers.size()) * n_expert / total;
-      c.n_slots = std::max(min_slots, static_cast<int>(share / static_cast<double>(c.slot_bytes)));
+      const double want = std::min(share / static_cast<double>(c.slot_bytes), static_cast<double>(cap(c)));
+      c.n_slots = std::max(min_slots, static_cast<int>(want));
       used += static_cast<uint64_t>(c.n_slots) * c.slot_bytes;
     }
-    if (used > cache_bytes) {
-      uint64_t need = 0;
-      for (const auto& c : cls) need += static_cast<uint64_t>(min_slots) * c.slot_bytes;
+    uint64_t need = 0;
+    for (const auto& c : cls) need += static_cast<uint64_t>(min_slots) * c.slot_bytes;
+    if (need > cache_bytes) {
       throw Error(strfmt("the expert cache (%.1f MiB) cannot hold %d experts of each expert size this model has "
                          "(%s): at least %.1f MiB are needed",
                          cache_bytes / 1048576.0, min_slots, sizes().c_str(), need / 1048576.0));
+    }
+    // Pools raised to min_slots took bytes from the others: give back one slot at a time from the
+    // pool holding the largest fraction of its experts (never below min_slots).
+    auto frac = [&](const SlotClassPlan& c) {
+      return static_cast<double>(c.n_slots) / (static_cast<double>(c.layers.size()) * n_expert);
+    };
+    while (used > cache_bytes) {
+      SlotClassPlan* most = nullptr;
+      for (auto& c : cls) {
+        if (c.n_slots > min_slots && (!most || frac(c) > frac(*most))) most = &c;
+      }
+      LES_ASSERT(most != nullptr);  // need <= cache_bytes
+      --most->n_slots;
+      used -= most->slot_bytes;
     }
     // Leftover bytes: one slot at a time to the pool holding the smallest fraction of its experts.
     for (;;) {
       SlotClassPlan* best = nullptr;
       double best_frac = 0;
       for (auto& c : cls) {
-        if (used + c.slot_bytes > cache_bytes) continue;
-        const double frac = static_cast<double>(c.n_slots) / (static_cast<double>(c.layers.size()) * n_expert);
-        if (!best || frac < best_frac) { best = &c; best_frac = frac; }
+        if (used + c.slot_bytes > cache_bytes || c.n_slots >= cap(c)) continue;
+        if (!best || frac(c) < best_frac) { best = &c; best_frac = frac(c); }
       }
       if (!best) break;
       ++best->n_slots;
