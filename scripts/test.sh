@@ -5,9 +5,26 @@
 # Then the hardening runs (docs/hardening.md): the suite under ASan+UBSan, each fuzz target for
 # FUZZ_SECONDS (20 here; scripts/fuzz.sh alone: 60), the suite under TSan. LES_SKIP_SANITIZERS=1 runs the Release suite only.
 # Then the aarch64 build under qemu-user (scripts/test-arm.sh, docs/arm.md); LES_SKIP_ARM=1 skips it.
+# After each suite, and again at the end: how many tests skipped and why, grouped
+# (scripts/skip_report.sh); a skip for anything but a CPU feature, the platform or an optional
+# tool fails the command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+SKIPS=$(mktemp -d)
+trap 'rm -rf "$SKIPS"' EXIT
+# Each suite's skips go to its own log (tests/test_main.cpp, tests/server/common.sh append to it).
+# suite NAME CMD...: runs CMD with the suite's skip log, then reports its skips (even when CMD
+# failed); fails when either did.
+suite() {
+  local name=$1 rc=0
+  shift
+  export LES_SKIP_LOG=$SKIPS/$name.log
+  : >"$LES_SKIP_LOG"
+  "$@" || rc=$?
+  bash scripts/skip_report.sh "$LES_SKIP_LOG" "$name" | tee -a "$SKIPS/report.txt" || rc=1
+  return $rc
+}
 TIMES=""
 mark() {  # phase name: appends the seconds since the previous mark
   local now
@@ -35,27 +52,19 @@ fi
 
 mark "npm (llama.cpp reference, js harness)"
 
-skips_of release
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
-report_skips release
+suite release ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
 mark "Release tests"
 
 if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
-  skips_of asan
-  bash scripts/test-sanitizers.sh asan
-  report_skips asan
+  suite asan bash scripts/test-sanitizers.sh asan
   mark "ASan+UBSan build + tests"
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
   mark "fuzzing (6 targets)"
-  skips_of tsan
-  bash scripts/test-sanitizers.sh tsan
-  report_skips tsan
+  suite tsan bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
 fi
 if [ -z "${LES_SKIP_ARM:-}" ]; then
-  skips_of aarch64
-  bash scripts/test-arm.sh
-  report_skips aarch64
+  suite aarch64 bash scripts/test-arm.sh
   mark "aarch64 cross build + qemu tests"
 fi
 echo "test: skipped tests (allowed reasons only: cpu feature, platform, optional tool)"
