@@ -340,6 +340,15 @@ TEST(BenchCmd, QuickDerivesTheBudgetOfAQuarterCache) {
   ASSERT_EQ(j["rows"].size(), 1u);
   EXPECT_EQ(j["rows"][0]["name"], "baseline");
   EXPECT_DOUBLE_EQ(num(j["rows"][0]["vs_baseline"]), 1.0);
+  // Without --mem (or with --mem auto) a model that fits in memory is measured at the same budget,
+  // and the command says why.
+  ASSERT_EQ(test::run_les("bench --quick-probe -m " + q(test::tiny_moe_path()) +
+                              " --rows baseline -n 4 --prompt-tokens 4 --reps 1 --json " + q(dir + "/c.json"),
+                          &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("fits in memory"), std::string::npos) << err;
+  EXPECT_NEAR(num(nlohmann::json::parse(slurp(dir + "/c.json"))["cache_share"]), 0.25, 0.01);
   std::filesystem::remove_all(dir);
 }
 
@@ -353,8 +362,8 @@ TEST(BenchCmd, BadInputGivesAClearError) {
   EXPECT_NE(err.find("unknown row 'warp'"), std::string::npos) << err;
   EXPECT_EQ(test::run_les("bench -m " + q(test::tiny_moe_path()) + " --mem 2M --rows baseline", &err), 1);
   EXPECT_NE(err.find("too small"), std::string::npos) << err;
-  EXPECT_EQ(test::run_les("bench -m " + q(test::tiny_moe_path()), &err), 1);
-  EXPECT_NE(err.find("--mem"), std::string::npos) << err;
+  EXPECT_EQ(test::run_les("bench -m " + q(test::tiny_moe_path()) + " --mem 0", &err), 1);
+  EXPECT_NE(err.find("--mem must be > 0"), std::string::npos) << err;
   EXPECT_EQ(test::run_les("bench -m " + q(test::tiny_moe_path()) + " --mem 1G --draft /nonexistent/d.gguf", &err), 1);
   EXPECT_NE(err.find("/nonexistent/d.gguf"), std::string::npos) << err;
 }

@@ -116,7 +116,8 @@ TEST(ResidentMemory, RunFlagsChooseTheModeAndGiveTheSameLogits) {
   std::string mapped, read;
   ASSERT_EQ(les::test::run_les(base + " --mmap", &mapped), 0) << mapped;
   ASSERT_EQ(les::test::run_les(base + " --no-mmap", &read), 0) << read;
-  EXPECT_NE(mapped.find("mapped from the file (page cache; --mmap)"), std::string::npos) << mapped;
+  EXPECT_NE(mapped.find("resident (mapped): --mmap"), std::string::npos) << mapped;
+  EXPECT_NE(mapped.find("mapped from the file (page cache)"), std::string::npos) << mapped;
   EXPECT_NE(read.find("read into memory (huge pages)"), std::string::npos) << read;
   ASSERT_FALSE(hash_of(mapped).empty()) << mapped;
   EXPECT_EQ(hash_of(mapped), hash_of(read));
@@ -125,7 +126,9 @@ TEST(ResidentMemory, RunFlagsChooseTheModeAndGiveTheSameLogits) {
   EXPECT_EQ(les::test::run_les(base + " --mmap --no-mmap", &err), 1);
   EXPECT_NE(err.find("--mmap and --no-mmap exclude each other"), std::string::npos) << err;
   EXPECT_EQ(les::test::run_les(base + " --no-mmap --mem 60M", &err), 1);
-  EXPECT_NE(err.find("--no-mmap applies to a fully resident model"), std::string::npos) << err;
+  EXPECT_NE(err.find("--no-mmap keeps the whole model resident; it excludes --mem"), std::string::npos) << err;
+  EXPECT_EQ(les::test::run_les(base + " --mmap --schedule ondemand", &err), 1);
+  EXPECT_NE(err.find("--schedule applies to streamed experts, not with --mmap"), std::string::npos) << err;
 }
 
 namespace {

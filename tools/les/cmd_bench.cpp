@@ -12,6 +12,7 @@
 #include "common.h"
 #include "les/bench/report.h"
 #include "les/bench/staged.h"
+#include "les/engine/memory_choice.h"
 #include "les/util/error.h"
 
 namespace les::cli {
@@ -39,13 +40,14 @@ std::string find_draft_next_to(const std::string& model) {
 
 int cmd_bench(int argc, char** argv) {
   Args a("bench",
-         "the published staging measured on this machine: les bench -m MODEL --mem SIZE [--quick]\n"
+         "the published staging measured on this machine: les bench -m MODEL [--mem SIZE|auto] [--quick]\n"
          "  rows: resident, baseline (naive loader, on-demand, original GGUF), +lookahead, +load optimization\n"
          "  (packed, direct I/O), +mixed precision (--mixed), +speculation (--draft or --spec-oracle);\n"
          "  repeats interleaved after a warm-up, medians; Markdown on stdout",
          {{{"-m", "--model"}, true, "the original GGUF", "FILE"},
-          {{"--mem"}, true, "memory budget for every row, e.g. 58M, 4G (--quick: the budget whose baseline cache "
-                            "holds 25% of the experts)", "SIZE"},
+          {{"--mem"}, true, "memory budget for every row, e.g. 58M, 4G; auto (the default): the automatic budget "
+                            "where the model does not fit in memory, else (and with --quick) the budget whose "
+                            "baseline cache holds 25% of the experts", "SIZE|auto"},
           {{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"-n", "--n-predict"}, true, "tokens generated per run (default 64; --quick: 128)", "N"},
           {{"-p", "--prompt"}, true, "prompt text (default: fixed pseudo-random tokens)", "TEXT"},
@@ -82,10 +84,29 @@ int cmd_bench(int argc, char** argv) {
   bench::BenchOptions o;
   const bool quick = a.has("--quick");
   o.model = a.required("--model");
-  if (a.has("--mem")) o.mem = parse_size(a.str("--mem"), "--mem");
-  else if (quick) o.cache_share = 0.25;
-  else throw Error("give the memory budget with --mem SIZE (or --quick)");
-  if (a.has("--mem") && o.mem == 0) throw Error("--mem must be > 0");
+  const std::string mem = a.str("--mem", quick ? "" : "auto");
+  if (mem == "auto") {
+    // Every row streams within one budget: the automatic one where the model does not fit in
+    // memory (memory_choice.h); where it fits, the budget whose baseline cache holds a quarter of
+    // the experts (as --quick), so that the rows measure streaming.
+    const ModelFootprint fp = footprint_of(gguf::read_file(o.model), o.model);
+    MemoryRequest mr;
+    mr.mem_auto = true;
+    const MemoryChoice ch = choose_memory(fp, mr, MemoryFacts::of_this_machine());
+    if (ch.mode == MemoryMode::stream) {
+      o.mem = ch.budget;
+      std::fprintf(stderr, "les bench: %s\n", ch.why.c_str());
+    } else {
+      o.cache_share = 0.25;
+      std::fprintf(stderr, "les bench: the model fits in memory (%s); every row streams within the budget whose "
+                           "baseline cache holds 25%% of its experts (--mem SIZE sets one)\n", ch.why.c_str());
+    }
+  } else if (!mem.empty()) {
+    o.mem = parse_size(mem, "--mem");
+    if (o.mem == 0) throw Error("--mem must be > 0");
+  } else {
+    o.cache_share = 0.25;
+  }
   o.threads = static_cast<int>(a.i64("--threads", 2));
   // --quick: a short device probe of its own (the ceilings' bandwidth), not the cached full one.
   o.quick_probe = quick || a.has("--quick-probe");

@@ -77,7 +77,7 @@ int cmd_chat(int argc, char** argv) {
   eo.drafter.sampling = req.sampling;
   Engine engine(std::move(eo));
   if (!engine.chat_template()) throw Error(engine.chat_template_error());
-  if (engine.options().mem > 0) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
+  print_memory_choice(engine);
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -57,33 +57,14 @@ int cmd_run(int argc, char** argv) {
   req.stop_at_eog = !a.has("--ignore-eos");
   EngineOptions eo = engine_options_from(a);
   eo.drafter.sampling = req.sampling;
-  const bool streaming = eo.mem > 0;
   const bool speculating = eo.drafter.kind != "none";
-  if (a.has("--stats") && !streaming && !speculating) throw Error("--stats needs --mem (expert streaming) or --spec");
-  if (a.has("--stats-json") && !streaming) throw Error("--stats-json needs --mem (expert streaming)");
-
-  // --stats prints the decode ceiling, which needs the device probe (cached per device).
-  if (streaming && a.has("--stats")) eo.probe_io = true;
-  const ResidentMemory asked = eo.resident;
+  // --stats prints the decode ceiling, which needs the device probe (cached per device; taken only
+  // when experts stream).
+  if (a.has("--stats")) eo.probe_io = true;
   Engine engine(std::move(eo));
-  if (streaming) {
-    std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
-  } else {
-    const Model& m = engine.model();
-    const double gib = static_cast<double>(m.gguf().file_size) / (1u << 30);
-    if (m.resident_memory() == ResidentMemory::read) {
-      std::fprintf(stderr, "model: %.2f GiB read into memory (huge pages) in %.2f s\n", gib, m.resident_read_seconds());
-    } else {
-      // Why mapped: asked for, or the automatic choice's reason (model.h, choose_resident_memory).
-      std::string why = "--mmap";
-      if (asked != ResidentMemory::map) {
-        why = !transparent_huge_pages_usable()
-                  ? "no transparent huge pages in this kernel"
-                  : strfmt("%.2f GiB available: too little to read it with its margin",
-                           static_cast<double>(memory_available_to_process()) / (1u << 30));
-      }
-      std::fprintf(stderr, "model: %.2f GiB mapped from the file (page cache; %s)\n", gib, why.c_str());
-    }
+  print_memory_choice(engine);
+  if (a.has("--stats-json") && !engine.streaming()) {
+    throw Error("--stats-json writes expert streaming statistics, and this run keeps the model resident");
   }
   StreamingExperts* experts = engine.experts();
 

@@ -55,7 +55,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   Engine engine(std::move(eo));
-  if (engine.options().mem > 0) std::fprintf(stderr, "%s\n", engine.budget().describe().c_str());
+  print_memory_choice(engine);
   if (!engine.chat_template()) {
     std::fprintf(stderr, "les serve: warning: %s; /v1/chat/completions will answer 500, /v1/completions works\n",
                  engine.chat_template_error().c_str());

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "les/engine/engine.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 
@@ -48,6 +50,25 @@ std::string human_bytes(uint64_t b) {
   int u = 0;
   while (x >= 1024 && u < 4) { x /= 1024; ++u; }
   return strfmt(u == 0 ? "%.0f %s" : "%.2f %s", x, units[u]);
+}
+
+}  // namespace les::cli
+
+namespace les::cli {
+
+void print_memory_choice(const Engine& engine) {
+  std::fprintf(stderr, "les: memory: %s\n", engine.memory_choice().why.c_str());
+  if (engine.streaming()) {
+    std::fprintf(stderr, "les: %s\n", engine.budget().describe().c_str());
+    return;
+  }
+  const Model& m = engine.model();
+  const double gib = static_cast<double>(m.gguf().file_size) / (1u << 30);
+  if (m.resident_memory() == ResidentMemory::read) {
+    std::fprintf(stderr, "les: model: %.2f GiB read into memory (huge pages) in %.2f s\n", gib, m.resident_read_seconds());
+  } else {
+    std::fprintf(stderr, "les: model: %.2f GiB mapped from the file (page cache)\n", gib);
+  }
 }
 
 }  // namespace les::cli

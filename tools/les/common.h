@@ -17,3 +17,15 @@ void apply_isa_flag(const Args& a);
 std::string human_bytes(uint64_t b);
 
 }  // namespace les::cli
+
+namespace les {
+class Engine;
+}
+
+namespace les::cli {
+
+// "les: memory: <the choice and why>" on stderr, then the budget's split when experts stream, or
+// how the resident model was loaded.
+void print_memory_choice(const Engine& engine);
+
+}  // namespace les::cli

@@ -14,15 +14,18 @@ std::vector<FlagSpec> engine_flag_specs() {
   return {
       {{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
       {{"-t", "--threads"}, true, "threads (default 2)", "N"},
-      {{"-c", "--ctx-size"}, true, "context size (default: model's, at most 4096)", "N"},
+      {{"-c", "--ctx-size"}, true, "context size (default: the model's, at most 4096, halved while its KV cache would "
+                                   "take more than a quarter of what a streaming budget leaves for it)", "N"},
       {{"-b", "--batch-size"}, true, "prompt tokens per forward pass (default 256)", "N"},
       {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"},
       {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
-                        "through an expert cache (default: whole model mapped in memory)", "SIZE"},
-      {{"--mmap"}, false, "without --mem: map the model file instead of reading it (starts at once and shares the page "
-                          "cache, but on 4 KiB pages: slower products)", ""},
-      {{"--no-mmap"}, false, "without --mem: read the whole model into memory on huge pages (default when it fits in "
-                             "available memory and the kernel has transparent huge pages)", ""},
+                        "through an expert cache; auto (the default): the whole model resident when it fits in the "
+                        "memory available to this process (MemAvailable, the memory cgroup's limit), else streamed "
+                        "within that memory less max(256 MiB, 1/8 of it)", "SIZE|auto"},
+      {{"--mmap"}, false, "keep the whole model resident, mapped from the file (starts at once and shares the page "
+                          "cache, but on 4 KiB pages: slower products; a model larger than memory pages)", ""},
+      {{"--no-mmap"}, false, "keep the whole model resident, read into memory on huge pages (the default for a model "
+                             "that fits when the kernel has transparent huge pages)", ""},
       {{"--schedule"}, true, "expert schedule with --mem: lookahead (default) or ondemand", "S"},
       {{"--io"}, true, "expert reads with --mem: uring (default where the kernel allows it, else pread), pread, naive (buffered + copy)", "MODE"},
       {{"--policy"}, true, "expert cache eviction policy: lru, lfu, lrfu, arc, 2q, s3fifo, tinylfu, lpart, "
@@ -95,50 +98,58 @@ EngineOptions engine_options_from(const Args& a) {
   }
 
   if (a.has("--mmap") && a.has("--no-mmap")) throw Error("--mmap and --no-mmap exclude each other");
-  if (a.has("--mem")) {
-    for (const char* f : {"--mmap", "--no-mmap"}) {
-      if (a.has(f)) throw Error(strfmt("%s applies to a fully resident model, not with --mem (experts streamed)", f));
-    }
+  const std::string mem = a.str("--mem", "auto");
+  const bool forced_resident = a.has("--mmap") || a.has("--no-mmap");
+  if (a.has("--mem") && forced_resident) {
+    throw Error(strfmt("--%s keeps the whole model resident; it excludes --mem (experts streamed)",
+                       a.has("--mmap") ? "mmap" : "no-mmap"));
   }
   if (a.has("--mmap")) o.resident = ResidentMemory::map;
   if (a.has("--no-mmap")) o.resident = ResidentMemory::read;
-
-  if (a.has("--mem")) {
-    o.mem = parse_size(a.str("--mem"), "--mem");
-    if (o.mem == 0) throw Error("--mem must be more than 0");
-    StreamingOptions& so = o.streaming;
-    so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
-    so.io_mode = storage::parse_io_mode(a.str("--io", storage::io_mode_name(storage::default_io_mode())));
-    so.policy = a.str("--policy", cache::kDefaultPolicy);
-    so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
-    so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
-    so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
-    if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
-    so.verify_reads = a.has("--verify-reads");
-    if (a.has("--read-chunk")) {
-      if (a.str("--read-chunk") == "auto") {
-        so.read_chunk_auto = true;
-      } else {
-        so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
-      }
-    }
-    so.register_buffers = !a.has("--no-register-buffers");
-    o.probe_refresh = a.has("--probe-refresh");
-    o.probe_io = o.probe_refresh;
-    so.refine = !a.has("--no-refine");
-    so.refine_cancel = !a.has("--no-refine-cancel");
-    so.measure_ahead2 = a.has("--measure-ahead2");
-    so.prefetch_ahead2 = a.has("--prefetch-ahead2");
-    so.throttle = a.has("--throttle");
-    if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
-    if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
+  if (mem == "auto") {
+    o.mem_auto = a.has("--mem");
   } else {
-    for (const char* f : {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget", "--queue-depth",
-                          "--prefetch-inflight", "--no-refine", "--no-refine-cancel", "--measure-ahead2",
-                          "--prefetch-ahead2", "--throttle", "--verify-reads", "--read-chunk", "--probe-refresh", "--no-register-buffers"}) {
-      if (a.has(f)) throw Error(strfmt("%s needs --mem (expert streaming)", f));
+    o.mem = parse_size(mem, "--mem");
+    if (o.mem == 0) throw Error("--mem must be more than 0");
+  }
+
+  // The streaming flags apply whenever experts stream: with --mem, or when the automatic choice
+  // streams a model that does not fit.
+  static const char* kStreamingFlags[] = {"--schedule", "--io", "--policy", "--predict-extra", "--prefetch-budget",
+                                          "--queue-depth", "--prefetch-inflight", "--no-refine", "--no-refine-cancel",
+                                          "--measure-ahead2", "--prefetch-ahead2", "--throttle", "--verify-reads",
+                                          "--read-chunk", "--probe-refresh", "--no-register-buffers"};
+  if (forced_resident) {
+    for (const char* f : kStreamingFlags) {
+      if (a.has(f)) throw Error(strfmt("%s applies to streamed experts, not with --%s", f, a.has("--mmap") ? "mmap" : "no-mmap"));
     }
   }
+  StreamingOptions& so = o.streaming;
+  so.schedule = parse_schedule(a.str("--schedule", "lookahead"));
+  so.io_mode = storage::parse_io_mode(a.str("--io", storage::io_mode_name(storage::default_io_mode())));
+  so.policy = a.str("--policy", cache::kDefaultPolicy);
+  so.predict_extra = static_cast<int>(a.i64("--predict-extra", 0));
+  so.prefetch_budget = a.f64("--prefetch-budget", 1.5);
+  so.queue_depth = static_cast<int>(a.i64("--queue-depth", 8));
+  if (a.has("--prefetch-inflight")) so.prefetch_inflight = parse_size(a.str("--prefetch-inflight"), "--prefetch-inflight");
+  so.verify_reads = a.has("--verify-reads");
+  if (a.has("--read-chunk")) {
+    if (a.str("--read-chunk") == "auto") {
+      so.read_chunk_auto = true;
+    } else {
+      so.read_chunk = parse_size(a.str("--read-chunk"), "--read-chunk");
+    }
+  }
+  so.register_buffers = !a.has("--no-register-buffers");
+  o.probe_refresh = a.has("--probe-refresh");
+  o.probe_io = o.probe_refresh;
+  so.refine = !a.has("--no-refine");
+  so.refine_cancel = !a.has("--no-refine-cancel");
+  so.measure_ahead2 = a.has("--measure-ahead2");
+  so.prefetch_ahead2 = a.has("--prefetch-ahead2");
+  so.throttle = a.has("--throttle");
+  if (so.queue_depth < 1 || so.queue_depth > 1024) throw Error("--queue-depth must be in [1, 1024]");
+  if (so.predict_extra < 0) throw Error("--predict-extra must be >= 0");
   return o;
 }
 

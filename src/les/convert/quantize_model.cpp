@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "les/model/model.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 #include "les/util/mapped_file.h"
@@ -18,11 +19,6 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-int layer_of(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  return std::atoi(name.c_str() + 4);
-}
 
 // llama.cpp's fallback when the row length is not a multiple of the block.
 Type fallback(Type t) {
@@ -70,7 +66,7 @@ Type recipe_type(const QuantizePlan& p, const std::string& name, int64_t row_len
   const bool iq4 = p.base == Type::IQ4_NL || p.base == Type::IQ4_XS;
   if (cat == Category::attn_v) {
     auto it = p.attn_v_index.find(name);
-    const int i = it != p.attn_v_index.end() ? it->second : std::max(0, layer_of(name));
+    const int i = it != p.attn_v_index.end() ? it->second : std::max(0, tensor_block(name));
     const int n = p.n_attn_v > 0 ? p.n_attn_v : n_layer;
     if (r == Recipe::q2_k) t = p.n_gqa >= 4 ? Type::Q4_K : Type::Q3_K;
     else if (r == Recipe::q3_k_m) t = i < 2 ? Type::Q5_K : Type::Q4_K;
@@ -83,7 +79,7 @@ Type recipe_type(const QuantizePlan& p, const std::string& name, int64_t row_len
   }
   if (cat == Category::attn_k) return p.n_expert == 8 ? Type::Q8_0 : t;
   if (cat == Category::ffn_down) {
-    const int i = std::max(0, layer_of(name)), n = n_layer;
+    const int i = std::max(0, tensor_block(name)), n = n_layer;
     if (r == Recipe::q2_k) t = Type::Q3_K;
     else if (r == Recipe::q3_k_m) t = i < n / 16 ? Type::Q5_K : Type::Q4_K;
     else if (r == Recipe::q3_k_l) t = Type::Q5_K;

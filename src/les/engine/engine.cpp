@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <sys/stat.h>
+
 #include "les/chat/chat_template.h"
 #include "les/engine/text_stream.h"
 #include "les/sched/io_probe.h"
@@ -10,7 +12,41 @@
 
 namespace les {
 
+namespace {
+
+// What a file drafter keeps resident, before it is built: its file's size.
+uint64_t drafter_file_bytes(const DrafterOptions& d) {
+  if (d.kind != "draft" && d.kind != "dspark") return 0;
+  struct stat st {};
+  return !d.draft_path.empty() && ::stat(d.draft_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
 Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
+  ContextParams& cp = opts_.context;
+  if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("threads must be in [1, 256]");
+  if (cp.n_ctx < 0) throw Error("the context size must be >= 0");
+  if (cp.n_batch < 1) throw Error("the batch size must be >= 1");
+  // Where memory goes (memory_choice.h), decided from the file's header before anything loads.
+  {
+    const ModelFootprint fp = footprint_of(gguf::read_file(opts_.model_path), opts_.model_path);
+    MemoryRequest mr;
+    mr.mem = opts_.mem;
+    mr.mem_auto = opts_.mem_auto;
+    mr.resident = opts_.resident;
+    mr.n_ctx = cp.n_ctx;
+    mr.n_batch = cp.n_batch;
+    mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
+    choice_ = choose_memory(fp, mr, opts_.memory_facts ? *opts_.memory_facts : MemoryFacts::of_this_machine());
+    cp.n_ctx = choice_.n_ctx;
+    if (choice_.mode == MemoryMode::stream) {
+      opts_.mem = choice_.budget;
+    } else {
+      opts_.mem = 0;
+      opts_.resident = choice_.mode == MemoryMode::read ? ResidentMemory::read : ResidentMemory::map;
+    }
+  }
   const bool streaming = opts_.mem > 0;
   model_ = Model::load(opts_.model_path, LoadOptions{.map_experts = !streaming, .resident = opts_.resident});
   tok_ = std::make_unique<Tokenizer>(vocab_from_gguf(model_->gguf()));
@@ -22,11 +58,6 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     chat_error_ = strfmt("the model's chat template (tokenizer.chat_template) cannot be used: %s", e.what());
   }
 
-  ContextParams& cp = opts_.context;
-  if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("threads must be in [1, 256]");
-  if (cp.n_ctx < 0) throw Error("the context size must be >= 0");
-  if (cp.n_batch < 1) throw Error("the batch size must be >= 1");
-  if (cp.n_ctx == 0) cp.n_ctx = std::min(model_->config().n_ctx_train, 4096);
 
   if (opts_.drafter_factory) {
     drafter_ = opts_.drafter_factory(*model_);

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "les/engine/memory_choice.h"
 #include "les/model/context.h"
 #include "les/sched/budget.h"
 #include "les/sched/streaming_experts.h"
@@ -33,14 +34,18 @@ class ChatTemplate;
 struct EngineOptions {
   std::string model_path;
   // Hard memory budget in bytes: dense weights resident, experts streamed through a cache sized by
-  // plan_budget. 0: the whole model resident (read or mapped, as `resident` says).
+  // plan_budget. 0: chosen (memory_choice.h): resident when the model fits in the memory available
+  // to the process, else streamed within an automatic budget. mem_auto says the same explicitly.
   uint64_t mem = 0;
-  // Without mem: whether the model file is mapped or read into huge pages (model.h).
+  bool mem_auto = false;
+  // Forces a resident model (map or read, model.h); automatic: the choice above.
   ResidentMemory resident = ResidentMemory::automatic;
+  // The machine's memory facts for the choice (tests inject some); unset: this machine's.
+  std::optional<MemoryFacts> memory_facts;
   // With mem: the schedule, I/O mode, policy, prefetch knobs (cache_bytes and withheld_bytes are
   // set by the engine from the budget).
   StreamingOptions streaming;
-  ContextParams context;   // n_ctx 0: the model's training context, at most 4096
+  ContextParams context;   // n_ctx 0: chosen to fit (memory_choice.h)
   // Speculative decoding: drafter.kind "none" or empty = plain decoding. n_threads, n_ctx and
   // sampling are filled in by the engine.
   DrafterOptions drafter;
@@ -115,7 +120,10 @@ class Engine {
   StreamingExperts* experts() { return experts_.get(); }
   const StreamingExperts* experts() const { return experts_.get(); }
   const Drafter* drafter() const { return drafter_.get(); }
-  const BudgetPlan& budget() const { return plan_; }  // all zero without mem
+  const BudgetPlan& budget() const { return plan_; }  // all zero when resident
+  // Where memory went and why (mode, budget, context): the one line front ends print.
+  const MemoryChoice& memory_choice() const { return choice_; }
+  bool streaming() const { return experts_ != nullptr; }
   // The device probe (with mem and probe_io or read_chunk_auto), else null; the read chunk in use.
   const storage::DeviceProbe* device_probe() const { return probe_ ? &*probe_ : nullptr; }
   bool device_probe_cached() const { return probe_cached_; }
@@ -136,6 +144,7 @@ class Engine {
   std::unique_ptr<DepthController> depth_;
   std::unique_ptr<StreamingExperts> experts_;
   std::unique_ptr<Context> ctx_;
+  MemoryChoice choice_;
   BudgetPlan plan_;
   std::optional<storage::DeviceProbe> probe_;
   bool probe_cached_ = false;

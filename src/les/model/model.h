@@ -36,6 +36,12 @@ bool resident_fits(uint64_t file_bytes, uint64_t available_bytes);
 ResidentMemory choose_resident_memory(uint64_t file_bytes, uint64_t available_bytes, bool huge_pages);
 // The same with this machine's memory_available_to_process() and THP mode (util/meminfo.h).
 ResidentMemory choose_resident_memory(uint64_t file_bytes);
+// Whether a tensor holds routed experts (ffn_*_exps, or a packed file's blk.N.ffn_experts_packed):
+// what streaming reads on demand; every other tensor is dense (resident).
+bool is_routed_expert_tensor(const std::string& name);
+// N of a block tensor's name "blk.N.<...>"; -1 for any other name.
+int tensor_block(const std::string& name);
+
 // "map", "read", "automatic"; parse_resident_memory throws les::Error for any other name.
 const char* resident_memory_name(ResidentMemory m);
 ResidentMemory parse_resident_memory(const std::string& name);

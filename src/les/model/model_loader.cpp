@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cerrno>
 #include <map>
@@ -347,12 +348,19 @@ struct ModelLoader {
   }
 };
 
-namespace {
-
 bool is_routed_expert_tensor(const std::string& name) {
   return (name.size() > 12 && name.compare(name.size() - 12, 12, "_exps.weight") == 0) ||
          pack::is_packed_tensor_name(name);
 }
+
+int tensor_block(const std::string& name) {
+  if (name.compare(0, 4, "blk.") != 0) return -1;
+  char* end = nullptr;
+  const long v = std::strtol(name.c_str() + 4, &end, 10);
+  return end != name.c_str() + 4 && *end == '.' && v >= 0 && v < INT32_MAX ? static_cast<int>(v) : -1;
+}
+
+namespace {
 
 // Reading into memory the model owns: extents cut into chunks of at most kReadChunk that
 // kReaders threads claim in file order, read with direct I/O (the page cache is never filled; a

@@ -24,17 +24,12 @@ std::string BudgetPlan::describe() const {
                 static_cast<unsigned long long>(n_slots), one_size ? "" : "up to ", mib(slot_bytes));
 }
 
-BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
-                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes) {
-  const ModelConfig& c = model.config();
-  LES_ASSERT(!layer_slot_bytes.empty());
-  BudgetPlan p;
-  p.total = mem_bytes;
-  p.dense = model.dense_bytes();
-  const int n_kv_layers = c.n_layer - c.n_recurrent() + (model.weights().mtp.runnable() ? 1 : 0);
-  p.kv = static_cast<uint64_t>(n_kv_layers) * static_cast<uint64_t>(n_ctx) *
+StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch) {
+  StateBytes s;
+  const int n_kv_layers = c.n_layer - c.n_recurrent() + (with_mtp ? 1 : 0);
+  s.kv = static_cast<uint64_t>(n_kv_layers) * static_cast<uint64_t>(n_ctx) *
          static_cast<uint64_t>(c.n_kv_k() + c.n_kv_v()) * sizeof(float);
-  p.recurrent = c.n_recurrent() > 0 ? RecurrentState::bytes_for(c) : 0;
+  s.recurrent = c.n_recurrent() > 0 ? RecurrentState::bytes_for(c) : 0;
   // Per batch token: residual, norm, q/k/v, attention output, router logits, K expert outputs,
   // expert intermediates; plus the output logits of one row.
   const uint64_t per_tok = (4ull * c.n_embd + c.n_q() + c.n_kv_k() + c.n_kv_v() + c.n_head * c.head_dim_v +
@@ -42,9 +37,24 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
                            sizeof(float) * 2 +
                            (c.n_recurrent() > 0 ? DeltaNetMixer::floats_per_token(c) * sizeof(float) : 0) +
                            (c.attn_output_gate ? 3ull * c.n_q() * sizeof(float) : 0);
-  p.work = per_tok * static_cast<uint64_t>(std::max(1, n_batch)) + static_cast<uint64_t>(c.n_vocab) * 8 +
+  s.work = per_tok * static_cast<uint64_t>(std::max(1, n_batch)) + static_cast<uint64_t>(c.n_vocab) * 8 +
            static_cast<uint64_t>(n_ctx) * 4 * 2;
-  p.overhead = 16ull << 20;  // code, libraries, tokenizer, allocator slack (measured ~12 MiB)
+  s.overhead = 16ull << 20;  // code, libraries, tokenizer, allocator slack (measured ~12 MiB)
+  return s;
+}
+
+BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
+                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes) {
+  const ModelConfig& c = model.config();
+  LES_ASSERT(!layer_slot_bytes.empty());
+  BudgetPlan p;
+  p.total = mem_bytes;
+  p.dense = model.dense_bytes();
+  const StateBytes st = state_bytes(c, model.weights().mtp.runnable(), n_ctx, n_batch);
+  p.kv = st.kv;
+  p.recurrent = st.recurrent;
+  p.work = st.work;
+  p.overhead = st.overhead;
   p.slot_bytes = *std::max_element(layer_slot_bytes.begin(), layer_slot_bytes.end());
   p.drafter = drafter_bytes;
   const uint64_t fixed = p.fixed();

@@ -25,6 +25,15 @@ struct BudgetPlan {
   std::string describe() const;  // one line, human readable
 };
 
+// What is resident beside the weights: the KV cache at n_ctx (attention layers, and the MTP
+// block's when with_mtp), the recurrent state, the work buffers for n_batch tokens and the
+// overhead (code, libraries, tokenizer, allocator slack).
+struct StateBytes {
+  uint64_t kv = 0, recurrent = 0, work = 0, overhead = 0;
+  uint64_t total() const { return kv + recurrent + work + overhead; }
+};
+StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch);
+
 // Throws les::Error stating the minimum budget if dense + state + the minimal expert cache
 // (n_expert_used slots of each slot size: plan_slot_classes) do not fit. layer_slot_bytes: the
 // expert slot size of every expert layer (StreamingExperts::layer_slot_bytes_for); cache and

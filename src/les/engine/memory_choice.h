@@ -1,0 +1,91 @@
+// Where a model's memory goes when les runs it: resident (the whole file read into huge pages or
+// mapped) or streamed (dense weights resident, routed experts through a cache within a budget),
+// which budget, and which context size. Decided from the file's header and what the machine
+// offers, before anything is loaded. choose_memory is pure: the machine's facts come in, so the
+// rules can be tested with any meminfo and cgroup values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "les/gguf/gguf.h"
+#include "les/model/config.h"
+#include "les/model/model.h"
+
+namespace les {
+
+// What a model needs, from its GGUF header (no tensor data is read).
+struct ModelFootprint {
+  ModelConfig config;
+  uint64_t file_bytes = 0;
+  uint64_t dense_bytes = 0;                 // every tensor but the routed experts
+  uint64_t expert_bytes = 0;                // every routed expert of every layer
+  std::vector<uint64_t> layer_expert_bytes; // [expert layers]: one expert (gate + up + down)
+  bool packed = false;                      // les pack layout (one extent per expert)
+  bool has_mtp = false;                     // an MTP block (its KV cache and experts count)
+  // The largest slot an expert of each layer may need when read with direct I/O (rounded to
+  // pages; unpacked parts each start mid-page): an upper bound of ExpertLayout's.
+  std::vector<uint64_t> slot_bytes_estimate() const;
+  // n_expert_used slots of each slot size: the smallest expert cache that can compute a layer.
+  uint64_t min_cache_bytes() const;
+};
+ModelFootprint footprint_of(const gguf::File& f, const std::string& path);
+
+// What the machine offers this process.
+struct MemoryFacts {
+  uint64_t mem_available = 0;             // /proc/meminfo MemAvailable (0: unknown)
+  uint64_t cgroup_headroom = UINT64_MAX;  // the memory cgroup's limit - usage + reclaimable cache (UINT64_MAX: no limit)
+  bool huge_pages = true;                 // transparent huge pages can be had
+  // The smaller of the two (UINT64_MAX when neither is known).
+  uint64_t available() const;
+  bool limited_by_cgroup() const { return cgroup_headroom != UINT64_MAX && cgroup_headroom <= available(); }
+  static MemoryFacts of_this_machine();
+};
+
+struct MemoryRequest {
+  uint64_t mem = 0;        // --mem SIZE (0: not given)
+  bool mem_auto = false;   // --mem auto: the same choice as giving nothing, said explicitly
+  ResidentMemory resident = ResidentMemory::automatic;  // --mmap (map) / --no-mmap (read) force resident
+  int n_ctx = 0;           // -c (0: chosen)
+  int n_batch = 256;
+  uint64_t drafter_bytes = 0;  // a speculative drafter's resident bytes (it shares the budget)
+};
+
+enum class MemoryMode { read, map, stream };
+const char* memory_mode_name(MemoryMode m);  // "resident (read)", "resident (mapped)", "streaming"
+
+struct MemoryChoice {
+  MemoryMode mode = MemoryMode::read;
+  uint64_t budget = 0;          // stream: the budget (given, or available - margin)
+  bool budget_automatic = false;
+  int n_ctx = 0;                // the context size to use
+  bool n_ctx_chosen = false;    // chosen here (no -c)
+  uint64_t available = 0;       // what the facts offered (UINT64_MAX: unknown)
+  uint64_t resident_need = 0;   // weights + KV cache + work + overhead at the default context
+  uint64_t margin = 0;          // what the automatic budget or the resident rule leaves free
+  uint64_t kv_bytes = 0;        // the KV cache at n_ctx
+  std::string why;              // one line: the mode, why, and the sizes
+};
+
+// The automatic budget's margin for the rest of the system: max(256 MiB, available / 8).
+uint64_t streaming_margin(uint64_t available);
+// The resident rule's margin: 1 GiB + 1/16 of the weights (resident_fits in model.h).
+uint64_t resident_margin(uint64_t weight_bytes);
+
+// The rules, in order:
+//  1. --mem SIZE: stream within SIZE (an MoE model; a dense one is an error).
+//  2. --mmap / --no-mmap: resident, mapped or read, as asked.
+//  3. Otherwise (--mem auto, or nothing): resident when the weights, the KV cache at the default
+//     context, the work buffers and the overhead fit in the available memory less the resident
+//     margin: read into huge pages where the kernel grants them, else mapped. A model that does
+//     not fit streams with an automatic budget, the available memory less the streaming margin;
+//     a dense model (nothing to stream) is mapped.
+// Context: -c as given (an error giving the numbers when its KV cache does not fit the budget),
+// else the model's training context, at most 4096, halved while the KV cache takes more than a
+// quarter of what the budget leaves after the dense weights, the work buffers, the overhead and
+// the smallest expert cache; at least 256 positions (or the training context if smaller).
+// Throws les::Error, naming the minimum budget and its parts, when a budget cannot hold it.
+MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, const MemoryFacts& facts);
+
+}  // namespace les
