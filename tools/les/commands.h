@@ -17,5 +17,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_probe(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace les::cli

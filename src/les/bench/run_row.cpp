@@ -153,6 +153,9 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
   m.bytes_read = (b.bytes_demand + b.bytes_prefetch) - (a.bytes_demand + a.bytes_prefetch);
   m.bytes_wasted = b.bytes_wasted - a.bytes_wasted;
   m.stall_s = b.stall_s - a.stall_s;
+  m.expert_compute_s = b.compute_s - a.compute_s;
+  m.prefill_bytes_read = a.bytes_demand + a.bytes_prefetch;
+  m.prefill_stall_s = a.stall_s;
   m.io_bytes = g.last.io.bytes - g.first.io.bytes;
   m.io_busy_us = g.last.io.busy_us - g.first.io.busy_us;
   m.spec_rounds = g.st.spec.rounds;

@@ -48,7 +48,8 @@ struct RunInputs {
   int threads = 2;
   int draft_max = 6;
   std::string progress_prefix;            // non-empty: "\r<prefix> k/n tokens" on stderr (a terminal)
-  int n_ctx() const { return static_cast<int>(prompt.size()) + n_gen + draft_max + 8; }
+  int ctx = 0;                            // the context size (0: the prompt, the tokens and a draft's room)
+  int n_ctx() const { return ctx > 0 ? ctx : static_cast<int>(prompt.size()) + n_gen + draft_max + 8; }
 };
 
 // Plain data, so that it crosses the child's pipe as bytes.
@@ -61,6 +62,9 @@ struct RunMeasure {
   uint64_t selected = 0, hits = 0, in_flight = 0;      // experts selected; resident / being read at the layer's start
   uint64_t bytes_read = 0, bytes_wasted = 0;           // expert bytes read; prefetched and never used
   double stall_s = 0;                                  // waiting for reads inside layers
+  double expert_compute_s = 0;                         // computing routed experts
+  uint64_t prefill_bytes_read = 0;                     // expert bytes read before the first token (prompt)
+  double prefill_stall_s = 0;                          // ... and the time waiting for them
   uint64_t io_bytes = 0, io_busy_us = 0;               // the I/O engine's bytes and busy time
   uint64_t cache_bytes = 0;                            // the expert cache this budget left (at the start)
   uint64_t expert_bytes_total = 0;                     // every routed expert of the file
