@@ -84,25 +84,25 @@ TEST(MemoryChoice, StreamsWithAnAutomaticBudgetWhenItDoesNotFit) {
   LES_REQUIRE_FILE(test::tiny_moe_path());
   const ModelFootprint fp = tiny_footprint();
   // 300 MiB available: the resident rule keeps 1 GiB free, so the model streams within the
-  // available memory less max(256 MiB, 1/8).
+  // available memory less max(128 MiB, 1/16).
   for (bool say_auto : {false, true}) {
     MemoryRequest r;
     r.mem_auto = say_auto;
     const MemoryChoice ch = choose_memory(fp, r, facts(300 * MiB));
     EXPECT_EQ(ch.mode, MemoryMode::stream);
     EXPECT_TRUE(ch.budget_automatic);
-    EXPECT_EQ(ch.budget, 300 * MiB - 256 * MiB);
-    EXPECT_EQ(ch.margin, 256 * MiB);
+    EXPECT_EQ(ch.budget, 300 * MiB - 128 * MiB);
+    EXPECT_EQ(ch.margin, 128 * MiB);
     EXPECT_EQ(ch.n_ctx, 512);
     EXPECT_TRUE(has(ch.why, "streaming experts")) << ch.why;
-    EXPECT_TRUE(has(ch.why, "automatic budget 0.04 GiB")) << ch.why;
+    EXPECT_TRUE(has(ch.why, "automatic budget 0.17 GiB")) << ch.why;
   }
-  // A larger machine keeps an eighth free.
+  // A larger machine keeps a sixteenth free.
   const MemoryChoice big = choose_memory(fp, MemoryRequest{}, facts(40 * GiB, 2 * GiB + fp.file_bytes / 2));
   // (fits: 2 GiB + a half model is more than the model plus the resident margin)
   EXPECT_EQ(big.mode, MemoryMode::read);
-  EXPECT_EQ(streaming_margin(16 * GiB), 2 * GiB);
-  EXPECT_EQ(streaming_margin(1 * GiB), 256 * MiB);
+  EXPECT_EQ(streaming_margin(16 * GiB), 1 * GiB);
+  EXPECT_EQ(streaming_margin(1 * GiB), 128 * MiB);
 }
 
 TEST(MemoryChoice, TheCgroupLimitBindsAndIsNamed) {
@@ -111,10 +111,10 @@ TEST(MemoryChoice, TheCgroupLimitBindsAndIsNamed) {
   // Plenty in MemAvailable, little in the memory cgroup (a container's limit).
   const MemoryChoice ch = choose_memory(fp, MemoryRequest{}, facts(20 * GiB, 320 * MiB));
   EXPECT_EQ(ch.mode, MemoryMode::stream);
-  EXPECT_EQ(ch.budget, 320 * MiB - 256 * MiB);
+  EXPECT_EQ(ch.budget, 320 * MiB - 128 * MiB);
   EXPECT_TRUE(has(ch.why, "(memory cgroup limit)")) << ch.why;
   // A limit below what streaming needs: one clear error with the minimum and its parts.
-  const std::string e = test::error_of([&] { choose_memory(fp, MemoryRequest{}, facts(20 * GiB, 270 * MiB)); });
+  const std::string e = test::error_of([&] { choose_memory(fp, MemoryRequest{}, facts(20 * GiB, 150 * MiB)); });
   EXPECT_TRUE(has(e, "(memory cgroup limit)")) << e;
   EXPECT_TRUE(has(e, "too little to stream this model, which needs at least")) << e;
   EXPECT_TRUE(has(e, "dense weights")) << e;
@@ -206,8 +206,8 @@ TEST(MemoryChoice, EngineStreamsWhenTheFactsSaySoAndDecodesTheSame) {
   EXPECT_EQ(streamed.second, resident.second);
   o.memory_facts = facts(20 * GiB, 300 * MiB);
   Engine e(o);
-  EXPECT_EQ(e.memory_choice().budget, 44 * MiB);
-  EXPECT_EQ(e.budget().total, 44 * MiB);
+  EXPECT_EQ(e.memory_choice().budget, 172 * MiB);
+  EXPECT_EQ(e.budget().total, 172 * MiB);
   EXPECT_EQ(e.n_ctx(), 512);
 }
 

@@ -202,7 +202,7 @@ TEST(Plan, ResidentAndDenseModelsAndErrors) {
   bad = o;
   MemoryFacts cgroup;
   cgroup.mem_available = uint64_t{8} << 30;
-  cgroup.cgroup_headroom = 270 * MiB;
+  cgroup.cgroup_headroom = 150 * MiB;
   bad.facts = cgroup;
   EXPECT_NE(test::error_of([&] { make_plan(bad); }).find("(memory cgroup limit)"), std::string::npos);
   bad = o;

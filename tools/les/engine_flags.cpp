@@ -21,7 +21,7 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
                         "through an expert cache; auto (the default): the whole model resident when it fits in the "
                         "memory available to this process (MemAvailable, the memory cgroup's limit), else streamed "
-                        "within that memory less max(256 MiB, 1/8 of it)", "SIZE|auto"},
+                        "within that memory less max(128 MiB, 1/16 of it)", "SIZE|auto"},
       {{"--mmap"}, false, "keep the whole model resident, mapped from the file (starts at once and shares the page "
                           "cache, but on 4 KiB pages: slower products; a model larger than memory pages)", ""},
       {{"--no-mmap"}, false, "keep the whole model resident, read into memory on huge pages (the default for a model "

@@ -96,7 +96,7 @@ const char* memory_mode_name(MemoryMode m) {
   return "?";
 }
 
-uint64_t streaming_margin(uint64_t available) { return std::max<uint64_t>(256 * kMiB, available / 8); }
+uint64_t streaming_margin(uint64_t available) { return std::max<uint64_t>(128 * kMiB, available / 16); }
 uint64_t resident_margin(uint64_t weight_bytes) { return kGiB + weight_bytes / 16; }
 
 MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, const MemoryFacts& facts) {

@@ -68,7 +68,10 @@ struct MemoryChoice {
   std::string why;              // one line: the mode, why, and the sizes
 };
 
-// The automatic budget's margin for the rest of the system: max(256 MiB, available / 8).
+// The automatic budget's margin for the rest of the system: max(128 MiB, available / 16). The
+// budget's own accounting is conservative (a streamed run's peak usage measured 0.1-0.2 GiB under
+// its --mem on the 30B-A3B shape), so inside a memory cgroup this keeps the peak about 10% under
+// the limit (docs/plan.md).
 uint64_t streaming_margin(uint64_t available);
 // The resident rule's margin: 1 GiB + 1/16 of the weights (resident_fits in model.h).
 uint64_t resident_margin(uint64_t weight_bytes);
