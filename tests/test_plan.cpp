@@ -152,8 +152,11 @@ TEST(Plan, BundledModelAtASmallBudget) {
     if (!r.table[i].note.empty() || !r.table[i - 1].note.empty()) continue;
     EXPECT_GE(r.table[i].at.tok_s, r.table[i - 1].at.tok_s * 0.999) << i;
   }
-  EXPECT_NEAR(r.table.back().at.steady_tok_s, r.compute_only_tps, 0.02 * r.compute_only_tps) << "every expert cached";
-  EXPECT_LT(r.table.back().at.tok_s, r.table.back().at.steady_tok_s) << "a cold cache's first misses";
+  // A cache of every expert misses only experts the replay meets for the first time.
+  ASSERT_TRUE(r.table.front().note.empty() && r.table.back().note.empty());
+  EXPECT_LT(r.table.back().at.misses_per_token, 0.5 * r.table.front().at.misses_per_token);
+  EXPECT_LE(r.table.back().at.steady_tok_s, r.compute_only_tps * 1.0001);
+  EXPECT_GE(r.table.back().at.steady_tok_s, r.table.front().at.steady_tok_s);
   EXPECT_GT(r.mixed_bpw, 0);
   EXPECT_GT(r.mixed.tok_s, 0);
   const nlohmann::json j = nlohmann::json::parse(plan_json(r));
@@ -214,7 +217,7 @@ TEST(Plan, CommandWritesTheTableAndJson) {
   LES_REQUIRE_FILE(test::tiny_moe_path());
   test::ScopedDir d;
   std::string err;
-  ASSERT_EQ(test::run_les("plan -m '" + test::tiny_moe_path() + "' --mem 40M --calib-tokens 16 --json '" +
+  ASSERT_EQ(test::run_les("plan -m '" + test::tiny_moe_path() + "' --mem 40M --calib-tokens 16 --quick-probe --json '" +
                           d.file("p.json") + "'", &err), 0) << err;
   const auto j = nlohmann::json::parse(test::read_bytes(d.file("p.json")));
   EXPECT_GT(j["decode_tok_s"].get<double>(), 0);

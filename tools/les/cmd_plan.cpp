@@ -30,6 +30,7 @@ int cmd_plan(int argc, char** argv) {
           {{"--calib-tokens"}, true, "calibration: tokens decoded (default 96; the first half warms the replayed cache, the second gives the steady state)", "N"},
           {{"--no-calibrate"}, false, "memory only: no calibration run"},
           {{"--probe-refresh"}, false, "measure the disk again (the device probe is cached per device)"},
+          {{"--quick-probe"}, false, "a short device probe of its own (about 1 s, not cached) instead of the cached full one"},
           {{"--json"}, true, "also write the plan as JSON (decode_tok_s at the top level)", "FILE"},
           {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
   a.parse(argc, argv);
@@ -67,6 +68,7 @@ int cmd_plan(int argc, char** argv) {
     if (o.prompt.empty()) throw Error(strfmt("prompt file '%s' is empty", a.str("--file").c_str()));
   }
   o.probe_refresh = a.has("--probe-refresh");
+  o.quick_probe = a.has("--quick-probe");
   const plan::PlanReport r = plan::make_plan(o);
   std::fputs(plan::plan_text(r).c_str(), stdout);
   if (a.has("--json")) {

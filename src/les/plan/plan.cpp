@@ -99,7 +99,7 @@ PlanReport make_plan(const PlanOptions& o) {
   const gguf::File header = gguf::read_file(o.model);
   const ModelFootprint fp = footprint_of(header, o.model);
   const ModelConfig& c = fp.config;
-  r.arch = header.get_string("general.architecture", "?");
+  r.arch = c.arch_str;
   r.n_layer = c.n_layer;
   r.n_expert = c.n_expert;
   r.n_expert_used = c.n_expert_used;
@@ -108,7 +108,9 @@ PlanReport make_plan(const PlanOptions& o) {
   r.dense_bytes = fp.dense_bytes;
   r.expert_bytes = fp.expert_bytes;
   if (c.moe && c.n_expert > 0) {
-    const double params = 3.0 * c.n_embd * c.n_ff_exp * c.n_expert * c.n_layer;
+    const auto expert_layers = std::count_if(fp.layer_expert_bytes.begin(), fp.layer_expert_bytes.end(),
+                                             [](uint64_t b) { return b > 0; });
+    const double params = 3.0 * c.n_embd * c.n_ff_exp * c.n_expert * static_cast<double>(expert_layers);
     r.expert_bpw = params > 0 ? 8.0 * static_cast<double>(fp.expert_bytes) / params : 0;
   }
   r.drafter_bytes = speculating ? file_size(o.draft) : 0;
