@@ -4,9 +4,14 @@
 // with prefetch; then the per-access cost of each policy at the 35B shape (40 x 256 keys; timings
 // depend on the machine and its load, the hit rates do not).
 //
-//   bench_cache_policy [--models DIR] [--experts FILE --probs FILE] [--seed N] [--no-timing]
+//   bench_cache_policy [--models DIR] [--experts FILE [--probs FILE] [--starts FILE] [--n-experts E]]
+//                      [--recall R] [--json OUT] [--seed N] [--no-timing]
 //
-// DIR defaults to tests/data/trained (run from the repository root). See docs/cache_policy.md.
+// DIR defaults to tests/data/trained (run from the repository root). A trace without router
+// probabilities (--experts alone, e.g. tests/data/traces/deepseek-v2-lite.*) gets predictions
+// emulated at recall@K = R (default 0.80, the published cross-layer recall of real models).
+// --json OUT writes the engine-semantics, demand-only hit rates of every policy at 10/25/50% of
+// the keys next to Belady's (cache/policy_report.h). See docs/cache_policy.md.
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +24,10 @@
 #include <vector>
 
 #include "les/cache/policy.h"
+#include "les/cache/policy_report.h"
 #include "les/cache/replay.h"
 #include "les/cache/trace.h"
+#include "les/util/atomic_file.h"
 #include "les/util/error.h"
 
 using namespace les::cache;
@@ -325,9 +332,11 @@ void print_timing(uint64_t seed) {
 
 int main(int argc, char** argv) {
   std::string models = "tests/data/trained";
-  std::string experts, probs;
+  std::string experts, probs, starts, json;
   uint64_t seed = 1;
   bool timing = true;
+  double recall = 0.80;
+  int n_experts = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -337,39 +346,65 @@ int main(int argc, char** argv) {
     if (a == "--models") models = next();
     else if (a == "--experts") experts = next();
     else if (a == "--probs") probs = next();
+    else if (a == "--starts") starts = next();
+    else if (a == "--json") json = next();
+    else if (a == "--recall") recall = std::strtod(next().c_str(), nullptr);
+    else if (a == "--n-experts") n_experts = std::atoi(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--no-timing") timing = false;
     else {
-      fprintf(stderr, "usage: %s [--models DIR] [--experts FILE --probs FILE] [--seed N] [--no-timing]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--models DIR] [--experts FILE [--probs FILE] [--starts FILE] [--n-experts E]] "
+                      "[--recall R] [--json OUT] [--seed N] [--no-timing]\n", argv[0]);
       return 2;
     }
   }
-  if (experts.empty()) experts = models + "/tiny-moe-q3m.routing-experts.npy";
-  if (probs.empty()) probs = models + "/tiny-moe-q3m.routing-probs.npy";
+  const bool trained = experts.empty();
+  if (trained) {
+    experts = models + "/tiny-moe-q3m.routing-experts.npy";
+    if (probs.empty()) probs = models + "/tiny-moe-q3m.routing-probs.npy";
+  }
   try {
-    const RoutingTrace tr = load_routing_trace(experts, probs);
+    const RoutingTrace tr = load_routing_trace(experts, probs, starts, n_experts);
     const std::vector<size_t> caps = capacities(tr);
-    printf("Routing trace: %d tokens x %d layers x top-%d of %d experts (%zu accesses, %d keys)\n\n",
-           tr.n_tokens, tr.n_layers, tr.top_k, tr.n_experts, tr.n_accesses(), tr.n_layers * tr.n_experts);
-    printf("Validation against the model README (LRU 0.167 / 0.456 / 0.743, Belady 0.494 / 0.727 / 0.901):");
-    for (size_t c : caps) {
-      printf(" %zu slots: LRU %.4f, Belady %.4f;", c, run(tr, "lru", c).hit_rate(), replay_belady(tr, c).hit_rate());
+    printf("Routing trace: %d tokens x %d layers x top-%d of %d experts (%zu accesses, %d keys, %zu sequences)\n\n",
+           tr.n_tokens, tr.n_layers, tr.top_k, tr.n_experts, tr.n_accesses(), tr.n_layers * tr.n_experts,
+           std::max<size_t>(1, tr.starts.size()));
+    if (trained) {
+      printf("Validation against the model README (LRU 0.167 / 0.456 / 0.743, Belady 0.494 / 0.727 / 0.901):");
+      for (size_t c : caps) {
+        printf(" %zu slots: LRU %.4f, Belady %.4f;", c, run(tr, "lru", c).hit_rate(), replay_belady(tr, c).hit_rate());
+      }
+      printf("\n\n");
     }
-    printf("\n\n");
+    if (!json.empty()) {
+      const std::string js = comparison_json(compare_policies(tr, {kFractions[0], kFractions[1], kFractions[2]}));
+      les::write_file_atomic(json, js.data(), js.size());
+    }
     print_demand_table(tr, caps);
     print_engine_semantics(tr, caps);
 
-    PredictorModel model;
-    model.seed = seed;
-    model = calibrate_predictor(tr, model, 0.696);
-    const Predictions pred = emulate_predictions(tr, model, 8);
-    printf("Emulated predictor (EMULATION from the true router probabilities of the same token: ln p + noise,\n");
-    printf("std-dev %.3f, or %.1f on a random %.0f%% of (token, layer) pairs; seed %llu): recall@4 %.3f, "
-           "recall@6 %.3f,\n",
-           model.sigma, model.hard_sigma, 100 * model.hard_fraction, static_cast<unsigned long long>(model.seed),
-           prediction_recall(tr, pred, 4), prediction_recall(tr, pred, 6));
-    printf("recall@8 %.3f (README predictor A: 0.696 / 0.805 / 0.855). Layer 0 is never predicted.\n\n",
-           prediction_recall(tr, pred, 8));
+    Predictions pred;
+    if (tr.has_probs()) {
+      PredictorModel model;
+      model.seed = seed;
+      model = calibrate_predictor(tr, model, 0.696);
+      pred = emulate_predictions(tr, model, 8);
+      printf("Emulated predictor (EMULATION from the true router probabilities of the same token: ln p + noise,\n");
+      printf("std-dev %.3f, or %.1f on a random %.0f%% of (token, layer) pairs; seed %llu): recall@4 %.3f, "
+             "recall@6 %.3f,\n",
+             model.sigma, model.hard_sigma, 100 * model.hard_fraction, static_cast<unsigned long long>(model.seed),
+             prediction_recall(tr, pred, 4), prediction_recall(tr, pred, 6));
+      printf("recall@8 %.3f (README predictor A: 0.696 / 0.805 / 0.855). Layer 0 is never predicted.\n\n",
+             prediction_recall(tr, pred, 8));
+    } else {
+      const int depth = std::min(tr.n_experts, 2 * tr.top_k + 4);
+      pred = emulate_predictions_at_recall(tr, recall, depth, seed);
+      printf("Emulated predictor (EMULATION from the ids alone, no router probabilities: each selected expert in the\n"
+             "top-%d with probability %.2f, else in the next %d with that probability; seed %llu): recall@%d %.3f, "
+             "recall@%d %.3f. Layer 0 is never predicted.\n\n",
+             tr.top_k, recall, tr.top_k, static_cast<unsigned long long>(seed), tr.top_k,
+             prediction_recall(tr, pred, tr.top_k), 2 * tr.top_k, prediction_recall(tr, pred, 2 * tr.top_k));
+    }
     print_hint_table(tr, caps, pred);
     print_prefetch_table(tr, caps, pred);
     if (timing) print_timing(seed);

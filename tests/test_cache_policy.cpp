@@ -3,7 +3,10 @@
 // numbers on the trained model's trace).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include <nlohmann/json.hpp>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -13,9 +16,11 @@
 #include <vector>
 
 #include "les/cache/policy.h"
+#include "les/cache/policy_report.h"
 #include "les/cache/replay.h"
 #include "les/cache/trace.h"
 #include "les/util/error.h"
+#include "model_edit.h"
 #include "test_util.h"
 
 using namespace les::cache;
@@ -564,3 +569,145 @@ TEST(CachePolicyReplay, RealTracePredictorEmulationAndRecommendedPolicy) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Traces of expert ids alone (no router probabilities), sequence starts, the .npy writer, the
+// policy comparison and its JSON.
+
+namespace {
+
+NpyArray encoded(NpyType t, const std::vector<size_t>& shape, const std::vector<uint8_t>& data) {
+  const std::vector<uint8_t> img = encode_npy(t, shape, data.data(), data.size());
+  return parse_npy(img.data(), img.size(), "written.npy");
+}
+
+std::string trace_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const les::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CachePolicyNpy, WriterRoundTripsEveryShapeAndType) {
+  const std::vector<int32_t> v = {1, -2, 3, 4, 5, 6};
+  NpyArray a = encoded(NpyType::I32, {2, 3}, raw(v));
+  EXPECT_EQ(a.shape, (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(a.get_i64(1), -2);
+  a = encoded(NpyType::I32, {6}, raw(v));
+  EXPECT_EQ(a.shape, (std::vector<size_t>{6}));
+  const std::vector<uint8_t> u = {7, 8, 9, 10};
+  a = encoded(NpyType::U8, {1, 2, 2}, u);
+  EXPECT_EQ(a.type, NpyType::U8);
+  EXPECT_EQ(a.get_i64(3), 10);
+  const std::vector<uint16_t> h = {0x3c00, 0xc100};
+  a = encoded(NpyType::F16, {2}, raw(h));
+  EXPECT_DOUBLE_EQ(a.get_f64(1), -2.5);
+  // The data starts at a multiple of 64 (numpy's alignment); a wrong byte count is refused.
+  const std::vector<uint8_t> img = encode_npy(NpyType::U8, {4}, u.data(), u.size());
+  EXPECT_EQ((img.size() - u.size()) % 64, 0u);
+  EXPECT_THROW(encode_npy(NpyType::I32, {2}, u.data(), u.size() - 1), les::Error);
+  // save_npy writes atomically and reads back.
+  les::test::ScopedDir d;
+  save_npy(d.file("x.npy"), NpyType::I32, {2, 3}, v.data(), v.size() * 4);
+  EXPECT_EQ(load_npy(d.file("x.npy")).get_i64(5), 6);
+}
+
+TEST(CachePolicyTrace, IdsAloneStartsAndBadInput) {
+  // 3 tokens x 2 layers x top-2 of 4 experts.
+  const std::vector<uint8_t> ids = {0, 1, 2, 3, 1, 0, 3, 2, 2, 3, 0, 1};
+  const NpyArray ex = encoded(NpyType::U8, {3, 2, 2}, ids);
+  RoutingTrace tr = make_routing_trace(ex, nullptr, "ids.npy");
+  EXPECT_EQ(tr.n_experts, 4);
+  EXPECT_FALSE(tr.has_probs());
+  EXPECT_TRUE(tr.starts.empty());
+  EXPECT_EQ(make_routing_trace(ex, nullptr, "ids.npy", 64).n_experts, 64);
+  std::string e = trace_error([&] { make_routing_trace(ex, nullptr, "ids.npy", 3); });
+  EXPECT_NE(e.find("ids.npy: expert id 3 out of range: the model has 3 experts"), std::string::npos) << e;
+  std::vector<uint8_t> dup = ids;
+  dup[5] = 1;  // token 1, layer 0 selects expert 1 twice
+  e = trace_error([&] { make_routing_trace(encoded(NpyType::U8, {3, 2, 2}, dup), nullptr, "dup.npy"); });
+  EXPECT_NE(e.find("dup.npy: token 1, layer 0 selects expert 1 twice"), std::string::npos) << e;
+  e = trace_error([&] { make_routing_trace(encoded(NpyType::U8, {6, 2}, ids), nullptr, "flat.npy"); });
+  EXPECT_NE(e.find("flat.npy: expert ids must have shape [tokens][layers][k]"), std::string::npos) << e;
+
+  const std::vector<int64_t> good = {0, 2};
+  set_sequence_starts(tr, encoded(NpyType::I64, {2}, raw(good)), "starts.npy");
+  EXPECT_EQ(tr.starts, (std::vector<int32_t>{0, 2}));
+  auto starts_error = [&](const std::vector<int64_t>& s) {
+    return trace_error([&] { set_sequence_starts(tr, encoded(NpyType::I64, {s.size()}, raw(s)), "starts.npy"); });
+  };
+  EXPECT_NE(starts_error({0, 2, 1}).find("out of order: 1 after 2"), std::string::npos);
+  EXPECT_NE(starts_error({0, 3}).find("outside the trace's 3 tokens"), std::string::npos);
+  EXPECT_NE(starts_error({1, 2}).find("must start at token 0"), std::string::npos);
+  EXPECT_NE(starts_error({0, 1, 1}).find("out of order"), std::string::npos);
+  const std::vector<float> f = {0.0f};
+  e = trace_error([&] { set_sequence_starts(tr, encoded(NpyType::F32, {1}, raw(f)), "starts.npy"); });
+  EXPECT_NE(e.find("integer array"), std::string::npos) << e;
+}
+
+// The DeepSeek-V2-Lite trace (tests/data/traces): its published statistics, then predictions
+// emulated at a stated recall, and the policy comparison's JSON shape.
+TEST(CachePolicyTrace, DeepSeekTraceLoadsWithItsStarts) {
+  const std::string dir = les::test::source_dir() + "/tests/data/traces/";
+  LES_REQUIRE_FILE(dir + "deepseek-v2-lite.routing-experts.npy");
+  const RoutingTrace tr = load_routing_trace(dir + "deepseek-v2-lite.routing-experts.npy", "",
+                                             dir + "deepseek-v2-lite.sequence-starts.npy", 64);
+  ASSERT_EQ(tr.n_tokens, 60930);
+  ASSERT_EQ(tr.n_layers, 26);
+  ASSERT_EQ(tr.top_k, 6);
+  ASSERT_EQ(tr.n_experts, 64);
+  ASSERT_EQ(tr.starts.size(), 73u);
+  // Reuse at t+1 within each sequence: README 0.260 (random 0.094).
+  uint64_t reused = 0, total = 0;
+  size_t seq = 0;
+  for (int t = 1; t < tr.n_tokens; ++t) {
+    while (seq + 1 < tr.starts.size() && tr.starts[seq + 1] <= t) ++seq;
+    if (tr.starts[seq] == t) continue;
+    for (int l = 0; l < tr.n_layers; ++l) {
+      const int32_t* a = tr.selected(t - 1, l);
+      const int32_t* b = tr.selected(t, l);
+      for (int j = 0; j < 6; ++j) reused += std::find(a, a + 6, b[j]) != a + 6;
+      total += 6;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(reused) / static_cast<double>(total), 0.260, 0.002);
+
+  // Emulated predictions at a stated recall: the recall@K asked for, a deeper one higher.
+  const Predictions p = emulate_predictions_at_recall(tr, 0.8, 16, 7);
+  EXPECT_NEAR(prediction_recall(tr, p, 6), 0.8, 0.01);
+  EXPECT_NEAR(prediction_recall(tr, p, 12), 0.96, 0.01);
+  for (int l = 1; l < 26; ++l) {  // every ranking holds distinct experts
+    const int32_t* r = p.at(123, l);
+    std::vector<int32_t> v(r, r + 16);
+    std::sort(v.begin(), v.end());
+    EXPECT_EQ(std::adjacent_find(v.begin(), v.end()), v.end());
+  }
+  EXPECT_THROW(emulate_predictions_at_recall(tr, 1.5, 16, 7), les::Error);
+  EXPECT_THROW(emulate_predictions_at_recall(tr, 0.8, 65, 7), les::Error);
+}
+
+TEST(CachePolicyTrace, ComparisonJsonHasEveryPolicyAndBelady) {
+  LES_REQUIRE_FILE(trained_trace("experts"));
+  const RoutingTrace tr = load_routing_trace(trained_trace("experts"));
+  const PolicyComparison c = compare_policies(tr, {0.10, 0.50});
+  const nlohmann::json j = nlohmann::json::parse(comparison_json(c));
+  ASSERT_EQ(j["capacities"].size(), 2u);
+  EXPECT_EQ(j["default_policy"], kDefaultPolicy);
+  for (const auto& cap : j["capacities"]) {
+    const double belady = cap["belady"];
+    EXPECT_GT(belady, 0);
+    EXPECT_TRUE(cap["policies"].contains("lru"));
+    EXPECT_TRUE(cap["policies"].contains(kDefaultPolicy));
+    for (const auto& [name, h] : cap["policies"].items()) {
+      EXPECT_LE(h.get<double>(), belady + 1e-9) << name << ": no online policy beats Belady";
+      EXPECT_GT(h.get<double>(), 0) << name;
+    }
+  }
+  EXPECT_EQ(j["capacities"][0]["slots"], 51);
+  EXPECT_NEAR(j["capacities"][0]["policies"]["lru"].get<double>(), 0.167, 0.002);  // the README's LRU at 10%
+  EXPECT_THROW(compare_policies(tr, {1.5}), les::Error);
+}

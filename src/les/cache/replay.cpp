@@ -81,6 +81,63 @@ Predictions emulate_predictions(const RoutingTrace& tr, const PredictorModel& mo
   return p;
 }
 
+Predictions emulate_predictions_at_recall(const RoutingTrace& tr, double recall, int depth, uint64_t seed) {
+  const int K = tr.top_k, E = tr.n_experts;
+  if (!(recall >= 0 && recall <= 1)) throw Error(strfmt("emulate_predictions_at_recall: recall %g not in [0, 1]", recall));
+  if (depth < K || depth > E) throw Error(strfmt("emulate_predictions_at_recall: depth %d not in [%d, %d]", depth, K, E));
+  Predictions p;
+  p.n_tokens = tr.n_tokens;
+  p.n_layers = tr.n_layers;
+  p.depth = depth;
+  p.ranked.assign(static_cast<size_t>(tr.n_tokens) * tr.n_layers * depth, -1);
+  uint64_t state = seed ^ 0x2545f4914f6cdd1dull;
+  auto uniform = [&] { return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53; };
+  auto below = [&](int n) { return static_cast<int>(splitmix64(state) % static_cast<uint64_t>(n)); };
+  std::vector<uint8_t> taken(static_cast<size_t>(E));
+  for (int t = 0; t < tr.n_tokens; ++t) {
+    for (int l = 0; l < tr.n_layers; ++l) {
+      int32_t* r = p.ranked.data() + (static_cast<size_t>(t) * tr.n_layers + l) * depth;
+      std::fill(taken.begin(), taken.end(), 0);
+      const int32_t* sel = tr.selected(t, l);
+      for (int j = 0; j < K; ++j) taken[static_cast<size_t>(sel[j])] = 1;
+      // A free position in [lo, hi) (hi clamped to depth), or -1.
+      auto place = [&](int lo, int hi, int32_t e) {
+        hi = std::min(hi, depth);
+        if (lo >= hi) return false;
+        for (int tries = 0; tries < 4 * (hi - lo); ++tries) {
+          const int pos = lo + below(hi - lo);
+          if (r[pos] < 0) { r[pos] = e; return true; }
+        }
+        for (int pos = lo; pos < hi; ++pos) {
+          if (r[pos] < 0) { r[pos] = e; return true; }
+        }
+        return false;
+      };
+      for (int j = 0; j < K; ++j) {
+        const int32_t e = sel[j];
+        if (uniform() < recall && place(0, K, e)) continue;
+        if (uniform() < recall && place(K, 2 * K, e)) continue;
+        if (2 * K < depth && uniform() < 0.5) place(2 * K, depth, e);  // somewhere further down, or not ranked
+      }
+      // Fill: unselected experts in random order, then (a ranking of nearly every expert) the
+      // selected ones no position took.
+      std::vector<int32_t> fill;
+      for (int32_t e = 0; e < E; ++e) {
+        if (!taken[static_cast<size_t>(e)]) fill.push_back(e);
+      }
+      for (size_t i = fill.size(); i > 1; --i) std::swap(fill[i - 1], fill[static_cast<size_t>(below(static_cast<int>(i)))]);
+      for (int j = 0; j < K; ++j) {
+        if (std::find(r, r + depth, sel[j]) == r + depth) fill.push_back(sel[j]);
+      }
+      size_t next = 0;
+      for (int pos = 0; pos < depth; ++pos) {
+        if (r[pos] < 0) r[pos] = fill[next++];
+      }
+    }
+  }
+  return p;
+}
+
 double prediction_recall(const RoutingTrace& tr, const Predictions& pred, int m) {
   m = std::min(m, pred.depth);
   uint64_t found = 0, total = 0;

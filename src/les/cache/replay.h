@@ -51,6 +51,15 @@ struct Predictions {
 
 // Requires trace.has_probs(); 1 <= depth <= n_experts. Deterministic for a given model.
 Predictions emulate_predictions(const RoutingTrace& trace, const PredictorModel& model, int depth);
+// Emulated predictions for a trace without router probabilities (expert ids only): for each
+// (token, layer) each selected expert is in the ranking's first K positions with probability
+// `recall` (at a random one of them); a missed one lands in positions K..2K-1 with probability
+// `recall` again, else further down; unselected experts, drawn uniformly, fill the other positions.
+// So recall@K is `recall` in expectation and recall@2K about 1 - (1 - recall)^2, as a real
+// predictor's recall grows with depth. EMULATION: uses only the same token's selection. Requires
+// depth >= 2K when possible (depth <= n_experts).
+Predictions emulate_predictions_at_recall(const RoutingTrace& trace, double recall, int depth, uint64_t seed);
+
 // Fraction of layer l's true top-K found in the predicted top-m, averaged over layers 1..L-1.
 double prediction_recall(const RoutingTrace& trace, const Predictions& pred, int m);
 // Returns `model` with sigma set (by bisection) so that recall@4 is closest to the target.

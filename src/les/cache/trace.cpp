@@ -1,9 +1,11 @@
 #include "les/cache/trace.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
 
+#include "les/util/atomic_file.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
 
@@ -214,6 +216,36 @@ NpyArray parse_npy(const uint8_t* b, size_t size, const std::string& name) {
   return a;
 }
 
+std::vector<uint8_t> encode_npy(NpyType type, const std::vector<size_t>& shape, const void* data, size_t bytes) {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  if (n * npy_type_size(type) != bytes) {
+    throw Error(strfmt("encode_npy: %zu bytes for %zu elements of %s", bytes, n, npy_type_name(type)));
+  }
+  const char order = npy_type_size(type) == 1 ? '|' : '<';
+  std::string dims;  // "2, 3"; a 1-D shape keeps Python's trailing comma: "(5,)"
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string header = strfmt("{'descr': '%c%s', 'fortran_order': False, 'shape': (%s), }", order, npy_type_name(type),
+                              dims.c_str());
+  // Magic (6) + version (2) + length (2) + header + '\n', padded with spaces to a multiple of 64.
+  const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
+  header.append(total - 10 - header.size() - 1, ' ');
+  header.push_back('\n');
+  std::vector<uint8_t> out(total + bytes);
+  const uint8_t magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(header.size() & 0xff),
+                             static_cast<uint8_t>(header.size() >> 8)};
+  std::memcpy(out.data(), magic, sizeof magic);
+  std::memcpy(out.data() + sizeof magic, header.data(), header.size());
+  if (bytes) std::memcpy(out.data() + total, data, bytes);
+  return out;
+}
+
+void save_npy(const std::string& path, NpyType type, const std::vector<size_t>& shape, const void* data, size_t bytes) {
+  const std::vector<uint8_t> img = encode_npy(type, shape, data, bytes);
+  write_file_atomic(path, img.data(), img.size());
+}
+
 NpyArray load_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(strfmt("%s: cannot open .npy file", path.c_str()));
@@ -222,7 +254,7 @@ NpyArray load_npy(const std::string& path) {
   return parse_npy(bytes.data(), bytes.size(), path);
 }
 
-RoutingTrace make_routing_trace(const NpyArray& ex, const NpyArray* probs, const std::string& name) {
+RoutingTrace make_routing_trace(const NpyArray& ex, const NpyArray* probs, const std::string& name, int n_experts) {
   switch (ex.type) {
     case NpyType::F16: case NpyType::F32: case NpyType::F64:
       throw Error(strfmt("%s: expert ids must be an integer array, got dtype %s", name.c_str(),
@@ -255,6 +287,24 @@ RoutingTrace make_routing_trace(const NpyArray& ex, const NpyArray* probs, const
     if (v > max_id) max_id = v;
   }
   tr.n_experts = static_cast<int>(max_id + 1);
+  if (n_experts > 0) {
+    if (max_id >= n_experts) {
+      throw Error(strfmt("%s: expert id %lld out of range: the model has %d experts", name.c_str(),
+                         static_cast<long long>(max_id), n_experts));
+    }
+    tr.n_experts = n_experts;
+  }
+  // A token selects each expert of a layer at most once.
+  for (int t = 0; t < tr.n_tokens; ++t) {
+    for (int l = 0; l < tr.n_layers; ++l) {
+      const int32_t* sel = tr.selected(t, l);
+      for (int j = 1; j < tr.top_k; ++j) {
+        if (std::find(sel, sel + j, sel[j]) != sel + j) {
+          throw Error(strfmt("%s: token %d, layer %d selects expert %d twice", name.c_str(), t, l, sel[j]));
+        }
+      }
+    }
+  }
   if (probs) {
     if (probs->type != NpyType::F16 && probs->type != NpyType::F32 && probs->type != NpyType::F64) {
       throw Error(strfmt("%s: router probs must be a float array, got dtype %s", name.c_str(),
@@ -276,11 +326,43 @@ RoutingTrace make_routing_trace(const NpyArray& ex, const NpyArray* probs, const
   return tr;
 }
 
-RoutingTrace load_routing_trace(const std::string& experts_path, const std::string& probs_path) {
+void set_sequence_starts(RoutingTrace& tr, const NpyArray& st, const std::string& name) {
+  switch (st.type) {
+    case NpyType::F16: case NpyType::F32: case NpyType::F64:
+      throw Error(strfmt("%s: sequence starts must be an integer array, got dtype %s", name.c_str(), npy_type_name(st.type)));
+    default: break;
+  }
+  if (st.shape.size() != 1 || st.shape[0] == 0) {
+    throw Error(strfmt("%s: sequence starts must be a non-empty 1-D array", name.c_str()));
+  }
+  tr.starts.clear();
+  for (size_t i = 0; i < st.count(); ++i) {
+    const int64_t v = st.get_i64(i);
+    if (i == 0 && v != 0) throw Error(strfmt("%s: the first sequence must start at token 0, not %lld", name.c_str(), static_cast<long long>(v)));
+    if (v < 0 || v >= tr.n_tokens) {
+      throw Error(strfmt("%s: sequence start %lld (index %zu) outside the trace's %d tokens", name.c_str(),
+                         static_cast<long long>(v), i, tr.n_tokens));
+    }
+    if (i > 0 && v <= tr.starts.back()) {
+      throw Error(strfmt("%s: sequence starts out of order: %lld after %d (index %zu)", name.c_str(),
+                         static_cast<long long>(v), tr.starts.back(), i));
+    }
+    tr.starts.push_back(static_cast<int32_t>(v));
+  }
+}
+
+RoutingTrace load_routing_trace(const std::string& experts_path, const std::string& probs_path,
+                                const std::string& starts_path, int n_experts) {
   const NpyArray ex = load_npy(experts_path);
-  if (probs_path.empty()) return make_routing_trace(ex, nullptr, experts_path);
-  const NpyArray pr = load_npy(probs_path);
-  return make_routing_trace(ex, &pr, experts_path + " + " + probs_path);
+  RoutingTrace tr;
+  if (probs_path.empty()) {
+    tr = make_routing_trace(ex, nullptr, experts_path, n_experts);
+  } else {
+    const NpyArray pr = load_npy(probs_path);
+    tr = make_routing_trace(ex, &pr, experts_path + " + " + probs_path, n_experts);
+  }
+  if (!starts_path.empty()) set_sequence_starts(tr, load_npy(starts_path), starts_path);
+  return tr;
 }
 
 }  // namespace les::cache

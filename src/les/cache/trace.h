@@ -30,6 +30,12 @@ struct NpyArray {
   int64_t get_i64(size_t i) const;
 };
 
+// A .npy image (format 1.0, C order, little-endian) of `data` (raw element bytes, C order) with
+// this dtype and shape; throws les::Error when the byte count does not match the shape.
+std::vector<uint8_t> encode_npy(NpyType type, const std::vector<size_t>& shape, const void* data, size_t bytes);
+// encode_npy written to `path` atomically (a temporary file renamed into place).
+void save_npy(const std::string& path, NpyType type, const std::vector<size_t>& shape, const void* data, size_t bytes);
+
 // Parses a whole .npy image held in memory; `name` is used in error messages.
 NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& name);
 // Reads and parses a .npy file; throws les::Error on I/O or format problems.
@@ -44,6 +50,9 @@ struct RoutingTrace {
   int n_experts = 0;                 // E: from the probs file, else 1 + the largest expert id seen
   std::vector<int32_t> experts;      // [T][L][K]
   std::vector<float> probs;          // [T][L][E], empty if not loaded
+  // The first token of each sequence (prompt, conversation), ascending, starts[0] == 0; empty: one
+  // sequence. A cache may keep its contents across sequences, as a chat server would.
+  std::vector<int32_t> starts;
 
   const int32_t* selected(int t, int l) const {
     return experts.data() + (static_cast<size_t>(t) * n_layers + l) * top_k;
@@ -56,9 +65,16 @@ struct RoutingTrace {
 };
 
 // Builds a trace from an integer array of shape [T][L][K] and, if probs_path is non-empty, a float
-// array of shape [T][L][E] (same T and L; every selected id < E). Throws les::Error on shape or
-// dtype mismatch, negative or out-of-range expert ids.
-RoutingTrace load_routing_trace(const std::string& experts_path, const std::string& probs_path = "");
-RoutingTrace make_routing_trace(const NpyArray& experts, const NpyArray* probs, const std::string& name);
+// array of shape [T][L][E] (same T and L; every selected id < E), and, if starts_path is
+// non-empty, an integer array [S] of sequence starts. n_experts > 0: the model's expert count
+// (every id must be below it; without probs the count is otherwise 1 + the largest id seen).
+// Throws les::Error naming the file and what is wrong: shape or dtype, negative or out-of-range
+// expert ids, an expert selected twice for one token and layer, starts out of order or range.
+RoutingTrace load_routing_trace(const std::string& experts_path, const std::string& probs_path = "",
+                                const std::string& starts_path = "", int n_experts = 0);
+RoutingTrace make_routing_trace(const NpyArray& experts, const NpyArray* probs, const std::string& name,
+                                int n_experts = 0);
+// Sets trace.starts from an integer array [S]; throws les::Error as above.
+void set_sequence_starts(RoutingTrace& trace, const NpyArray& starts, const std::string& name);
 
 }  // namespace les::cache
