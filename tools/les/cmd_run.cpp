@@ -17,6 +17,7 @@
 #include "les/sched/stream_report.h"
 #include "les/sched/streaming_experts.h"
 #include "les/spec/spec_report.h"
+#include "les/trace/routing_recorder.h"
 #include "les/util/error.h"
 #include "les/util/meminfo.h"
 #include "les/util/hash.h"
@@ -34,7 +35,9 @@ int cmd_run(int argc, char** argv) {
                                 {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
                                 {{"--no-display-prompt"}, false, "do not echo the prompt"},
                                 {{"--stats"}, false, "print expert streaming and speculation statistics at the end"},
-                                {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"}},
+                                {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"},
+                                {{"--trace-routing"}, true, "record the run's routing (prompt and generated tokens) as "
+                                                           "PREFIX.routing-*.npy, as les trace writes it", "PREFIX"}},
                                engine_flag_specs()),
                     sampling_flag_specs()));
   a.parse(argc, argv);
@@ -63,6 +66,13 @@ int cmd_run(int argc, char** argv) {
   if (a.has("--stats")) eo.probe_io = true;
   Engine engine(std::move(eo));
   print_memory_choice(engine);
+  std::unique_ptr<RoutingRecorder> recorder;
+  if (a.has("--trace-routing")) {
+    if (speculating) throw Error("--trace-routing records plain decoding: drop --spec (verification batches would record rejected drafts)");
+    recorder = std::make_unique<RoutingRecorder>(engine.model().config(), false);
+    recorder->attach(engine.context());
+    recorder->start_sequence();
+  }
   if (a.has("--stats-json") && !engine.streaming()) {
     throw Error("--stats-json writes expert streaming statistics, and this run keeps the model resident");
   }
@@ -116,6 +126,17 @@ int cmd_run(int argc, char** argv) {
     return true;
   });
   const GenerateStats& st = r.stats;
+  if (recorder) {
+    // The prompt and every generated token but the last (never evaluated).
+    std::vector<int32_t> evaluated = ids;
+    evaluated.insert(evaluated.end(), r.tokens.begin(), r.tokens.end());
+    evaluated.resize(std::min(evaluated.size(), static_cast<size_t>(recorder->n_tokens())));
+    recorder->add_tokens(evaluated);
+    engine.context().set_routing_observer(nullptr);
+    recorder->save(a.str("--trace-routing"));
+    std::fprintf(stderr, "les: routing of %d tokens written to %s.routing-*.npy\n", recorder->n_tokens(),
+                 a.str("--trace-routing").c_str());
+  }
   std::fputc('\n', stdout);
   std::fprintf(stderr,
                "\nprompt: %d tokens in %.3f s (%.1f tok/s) | decode: %d tokens, %.1f tok/s | stop: %s\n"

@@ -132,6 +132,9 @@ class Engine {
   // (the probe's rates); zero without a probe.
   storage::DiskRates io_rates() const;
   int n_ctx() const { return ctx_->n_ctx(); }
+  // The context generate() uses: for tools that evaluate token windows themselves or attach
+  // observers (les trace); generate() rolls it back as it needs.
+  Context& context() { return *ctx_; }
   const EngineOptions& options() const { return opts_; }
 
  private:

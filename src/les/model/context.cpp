@@ -367,6 +367,9 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       route_softmax_topk(rp, router_logits_.data() + sz(i) * sz(cfg_.n_expert), sel_ids_.data() + sz(i) * sz(K),
                          sel_w_.data() + sz(i) * sz(K));
     }
+    if (routing_observer_ && trunk) {
+      routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, router_logits_.data(), cfg_.n_expert);
+    }
   } else {
     for (int i = 0; i < n; ++i) {
       sel_ids_[sz(i)] = 0;

@@ -30,6 +30,11 @@ struct ContextParams {
 // Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].
 using LayerObserver = std::function<void(int layer, const char* name, const float* data, int64_t n_tok, int64_t width)>;
 
+// Observer of each MoE layer's routing, for every token of a forward call: the selected expert
+// ids and their weights [n_tok][k] (router order) and the router's logits [n_tok][n_expert].
+using RoutingObserver = std::function<void(int layer, int64_t n_tok, const int32_t* ids, const float* weights, int k,
+                                           const float* logits, int n_expert)>;
+
 // Observer of the input rows of every weight-matrix product (importance matrices).
 // tensor: the weight's GGUF tensor name in the original (unpacked) layout, e.g. "blk.3.attn_q.weight",
 // "blk.3.ffn_down_exps.weight", "output.weight" ("token_embd.weight" for a tied LM head); expert: the
@@ -102,6 +107,8 @@ class Context {
   void mtp_rollback(int n);               // forgets MTP positions >= n
 
   void set_observer(LayerObserver obs) { observer_ = std::move(obs); }
+  // Trunk layers with a router only (not the MTP block); empty turns it off.
+  void set_routing_observer(RoutingObserver obs) { routing_observer_ = std::move(obs); }
   // An empty observer turns it off (the products then cost one branch each, nothing more).
   void set_matmul_observer(MatmulInputObserver obs);
   ThreadPool& pool() { return pool_; }
@@ -161,6 +168,7 @@ class Context {
   std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
   std::vector<float> sh_g_, sh_u_, sh_y_, sh_gate_;
   LayerObserver observer_;
+  RoutingObserver routing_observer_;
   MatmulInputObserver matmul_observer_;
   std::unique_ptr<ProductNames> product_names_;  // built by the first set_matmul_observer
 };
