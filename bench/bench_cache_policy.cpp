@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "les/cache/history_predictor.h"
 #include "les/cache/policy.h"
 #include "les/cache/policy_report.h"
 #include "les/cache/replay.h"
@@ -288,6 +289,37 @@ void print_prefetch_table(const RoutingTrace& tr, const std::vector<size_t>& cap
   printf("\n");
 }
 
+// Predictors from routing history alone (cache/history_predictor.h) next to the emulated
+// hidden-state predictor: recall and precision at K, and what prefetching their top-m saves.
+void print_history_table(const RoutingTrace& tr, const std::vector<size_t>& caps, const Predictions& hidden) {
+  const int K = tr.top_k, depth = std::min(tr.n_experts, 2 * K + 4);
+  printf("### Predictors from routing history (online, causal) and the emulated hidden-state predictor\n\n");
+  printf("recall@K / recall@2K / precision@K over layers 1..L-1; then lrfu+pred with the top-2 prefetched: hit rate / "
+         "expert reads per token at each cache size (demand-only lrfu: ");
+  for (size_t c : caps) printf("%.3f / %.1f ", run(tr, "lrfu", c).hit_rate(), reads_per_token(tr, run(tr, "lrfu", c)));
+  printf(").\n\n| predictor | recall@%d | recall@%d | precision@%d |", K, 2 * K, K);
+  for (size_t c : caps) printf(" %zu slots |", c);
+  printf("\n|---|---|---|---|");
+  for (size_t i = 0; i < caps.size(); ++i) printf("---|");
+  printf("\n");
+  auto row = [&](const std::string& name, const Predictions& p) {
+    printf("| %s | %.3f | %.3f | %.3f |", name.c_str(), prediction_recall(tr, p, K), prediction_recall(tr, p, 2 * K),
+           prediction_precision(tr, p, K));
+    for (size_t c : caps) {
+      const ReplayStats s = run(tr, "lrfu+pred", c, &p, 2, true);
+      printf(" %.3f / %.1f |", s.hit_rate(), reads_per_token(tr, s));
+    }
+    printf("\n");
+  };
+  row("hidden state (emulated)", hidden);
+  for (HistoryMode m : {HistoryMode::recent, HistoryMode::transition, HistoryMode::combined}) {
+    HistoryOptions o;
+    o.mode = m;
+    row(std::string("history: ") + history_mode_name(m), predict_from_history(tr, depth, o));
+  }
+  printf("\n");
+}
+
 void print_timing(uint64_t seed) {
   const RoutingTrace tr = synthetic_trace(1000, 40, 256, 8, seed);
   printf("### Cost per access at the 35B shape (synthetic routing: 40 layers x 256 experts, top-8, 1000 tokens)\n\n");
@@ -405,6 +437,7 @@ int main(int argc, char** argv) {
              tr.top_k, recall, tr.top_k, static_cast<unsigned long long>(seed), tr.top_k,
              prediction_recall(tr, pred, tr.top_k), 2 * tr.top_k, prediction_recall(tr, pred, 2 * tr.top_k));
     }
+    print_history_table(tr, caps, pred);
     print_hint_table(tr, caps, pred);
     print_prefetch_table(tr, caps, pred);
     if (timing) print_timing(seed);

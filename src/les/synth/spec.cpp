@@ -17,14 +17,18 @@ struct NamedShape {
   float rope_freq_base;
   // qwen35moe: DeltaNet state size, q/k heads, v heads, rotated dims (0: derived from the shape).
   int ssm_d_state = 0, ssm_n_k_heads = 0, ssm_n_v_heads = 0, n_rot = 0;
+  // The routing knob a deep shape needs for real routing's temporal reuse and popularity (0: the
+  // SynthSpec default). Deep stacks accumulate context, so the default 0.9 gave the 48-layer shape
+  // 6.7x random reuse; 0.4 and 0.25 land on DeepSeek-V2-Lite's 2.8x (docs/synth.md).
+  float context_focus = 0;
 };
 
 // n_ff_shexp is used by qwen2moe only.
 const NamedShape kShapes[] = {
     {"tiny", Arch::qwen3moe, 4, 128, 4, 2, 32, 16, 4, 64, 64, 512, 512, 1e4f},
     {"small", Arch::qwen3moe, 8, 256, 4, 2, 64, 64, 4, 128, 128, 8000, 512, 1e4f},
-    {"qwen3-30b-a3b", Arch::qwen3moe, 48, 2048, 32, 4, 128, 128, 8, 768, 768, 151936, 40960, 1e6f},
-    {"35b-a3b", Arch::qwen3moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f},
+    {"qwen3-30b-a3b", Arch::qwen3moe, 48, 2048, 32, 4, 128, 128, 8, 768, 768, 151936, 40960, 1e6f, 0, 0, 0, 0, 0.40f},
+    {"35b-a3b", Arch::qwen3moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 0, 0, 0, 0, 0.25f},
     {"qwen3-0.6b", Arch::qwen3, 28, 1024, 16, 8, 128, 0, 0, 3072, 0, 151936, 40960, 1e6f},
     {"mixtral-8x7b", Arch::llama, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 32768, 1e6f},
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
@@ -77,6 +81,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   s.n_ctx = ns->n_ctx;
   s.rope_freq_base = ns->rope_freq_base;
   s.name = std::string("synth-") + ns->name;
+  if (ns->context_focus > 0) s.context_focus = ns->context_focus;
 
   const bool dense_shape = ns->n_expert == 0;
   if (s.arch == Arch::qwen3) {
