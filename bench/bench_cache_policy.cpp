@@ -5,7 +5,7 @@
 // depend on the machine and its load, the hit rates do not).
 //
 //   bench_cache_policy [--models DIR] [--experts FILE [--probs FILE] [--starts FILE] [--n-experts E]]
-//                      [--recall R] [--json OUT] [--seed N] [--no-timing]
+//                      [--recall R] [--json OUT] [--seed N] [--no-timing] [--no-feature-bound]
 //
 // DIR defaults to tests/data/trained (run from the repository root). A trace without router
 // probabilities (--experts alone, e.g. tests/data/traces/deepseek-v2-lite.*) gets predictions
@@ -192,7 +192,7 @@ RoutingTrace synthetic_trace(int tokens, int layers, int experts, int k, uint64_
   return tr;
 }
 
-void print_demand_table(const RoutingTrace& tr, const std::vector<size_t>& caps) {
+void print_demand_table(const RoutingTrace& tr, const std::vector<size_t>& caps, bool feature_bound) {
   std::vector<double> belady;
   for (size_t c : caps) belady.push_back(replay_belady(tr, c).hit_rate());
   printf("### Demand-only replay, no prediction (README semantics)\n\n");
@@ -212,10 +212,12 @@ void print_demand_table(const RoutingTrace& tr, const std::vector<size_t>& caps)
     }
     printf("\n");
   }
-  printf("| *feature oracle (offline bound, not online)* |");
-  for (size_t i = 0; i < caps.size(); ++i) {
-    const double h = feature_oracle(tr, caps[i]);
-    printf(" %.3f (%.2f) |", h, h / belady[i]);
+  if (feature_bound) {
+    printf("| *feature oracle (offline bound, not online)* |");
+    for (size_t i = 0; i < caps.size(); ++i) {
+      const double h = feature_oracle(tr, caps[i]);
+      printf(" %.3f (%.2f) |", h, h / belady[i]);
+    }
   }
   printf("\n| *75%% of Belady (target)* |");
   for (double b : belady) printf(" %.3f |", 0.75 * b);
@@ -320,6 +322,56 @@ void print_history_table(const RoutingTrace& tr, const std::vector<size_t>& caps
   printf("\n");
 }
 
+// Speculative verification on streamed experts: verifying k consecutive positions in one pass
+// reads the union of their experts once per layer. Replays the trace in groups of k tokens (a
+// group's union per layer as one access set, the engine's default eviction policy, demand reads)
+// at several cache shares, and prints the expert reads per verification pass against one token's,
+// and the acceptance a drafter needs for speculation to pay when the reads dominate: a pass that
+// drafts k-1 tokens commits (1 - a^k) / (1 - a) of them on average (a: each draft token's
+// acceptance), so it pays when that exceeds the pass's cost in single-token reads.
+void print_verification_table(const RoutingTrace& tr) {
+  const double fractions[] = {0.08, 0.15, 0.25, 0.50};
+  printf("### Verifying k positions at once: expert reads per pass (x one token's) and the acceptance that pays\n\n");
+  printf("| cache share | k=1 reads/token | k=2 | k=3 | k=4 | k=5 | k=6 |\n|---|---|---|---|---|---|---|\n");
+  for (double f : fractions) {
+    const size_t cap = static_cast<size_t>(f * tr.n_layers * tr.n_experts);
+    double one = 0;
+    printf("| %.0f%% (%zu slots) |", 100 * f, cap);
+    for (int k = 1; k <= 6; ++k) {
+      RoutingTrace g;
+      g.n_layers = tr.n_layers;
+      g.n_experts = tr.n_experts;
+      g.top_k = k * tr.top_k;
+      g.n_tokens = tr.n_tokens / k;
+      g.experts.reserve(static_cast<size_t>(g.n_tokens) * g.n_layers * g.top_k);
+      for (int t = 0; t < g.n_tokens; ++t)
+        for (int l = 0; l < tr.n_layers; ++l)
+          for (int i = 0; i < k; ++i)
+            for (int j = 0; j < tr.top_k; ++j) g.experts.push_back(tr.selected(t * k + i, l)[j]);
+      if (cap < static_cast<size_t>(g.top_k)) { printf(" - |"); continue; }
+      // A group's repeated experts are one read: the replay counts the first as the miss.
+      const ReplayStats st = run(g, "lrfu", cap);
+      const double per_pass = static_cast<double>(st.misses) / g.n_tokens;
+      if (k == 1) {
+        one = per_pass;
+        printf(" %.1f |", per_pass);
+        continue;
+      }
+      const double cost = per_pass / one;  // in single-token reads
+      // The acceptance a at which (1 - a^k) / (1 - a) = cost (bisection; none if cost >= k).
+      double lo = 0, hi = 1;
+      for (int it = 0; it < 50; ++it) {
+        const double a = 0.5 * (lo + hi);
+        ((1 - std::pow(a, k)) / (1 - a) < cost ? lo : hi) = a;
+      }
+      if (cost >= k) printf(" %.2fx: never |", cost);
+      else printf(" %.2fx: a > %.2f |", cost, 0.5 * (lo + hi));
+    }
+    printf("\n");
+  }
+  printf("\n");
+}
+
 void print_timing(uint64_t seed) {
   const RoutingTrace tr = synthetic_trace(1000, 40, 256, 8, seed);
   printf("### Cost per access at the 35B shape (synthetic routing: 40 layers x 256 experts, top-8, 1000 tokens)\n\n");
@@ -367,6 +419,7 @@ int main(int argc, char** argv) {
   std::string experts, probs, starts, json;
   uint64_t seed = 1;
   bool timing = true;
+  bool feature_bound = true;
   double recall = 0.80;
   int n_experts = 0;
   for (int i = 1; i < argc; ++i) {
@@ -384,9 +437,10 @@ int main(int argc, char** argv) {
     else if (a == "--n-experts") n_experts = std::atoi(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--no-timing") timing = false;
+    else if (a == "--no-feature-bound") feature_bound = false;
     else {
       fprintf(stderr, "usage: %s [--models DIR] [--experts FILE [--probs FILE] [--starts FILE] [--n-experts E]] "
-                      "[--recall R] [--json OUT] [--seed N] [--no-timing]\n", argv[0]);
+                      "[--recall R] [--json OUT] [--seed N] [--no-timing] [--no-feature-bound]\n", argv[0]);
       return 2;
     }
   }
@@ -412,7 +466,7 @@ int main(int argc, char** argv) {
       const std::string js = comparison_json(compare_policies(tr, {kFractions[0], kFractions[1], kFractions[2]}));
       les::write_file_atomic(json, js.data(), js.size());
     }
-    print_demand_table(tr, caps);
+    print_demand_table(tr, caps, feature_bound);
     print_engine_semantics(tr, caps);
 
     Predictions pred;
@@ -438,6 +492,7 @@ int main(int argc, char** argv) {
              prediction_recall(tr, pred, tr.top_k), 2 * tr.top_k, prediction_recall(tr, pred, 2 * tr.top_k));
     }
     print_history_table(tr, caps, pred);
+    print_verification_table(tr);
     print_hint_table(tr, caps, pred);
     print_prefetch_table(tr, caps, pred);
     if (timing) print_timing(seed);
