@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-PKGS="build-essential cmake ninja-build pkg-config libgtest-dev liburing-dev nlohmann-json3-dev libxxhash-dev libcpp-httplib-dev curl tmux"
+PKGS="build-essential cmake ninja-build pkg-config libgtest-dev liburing-dev nlohmann-json3-dev libxxhash-dev libcpp-httplib-dev libstb-dev curl tmux"
 # Sanitizer builds and libFuzzer (scripts/test-sanitizers.sh, scripts/fuzz.sh): clang, its runtime
 # libraries and llvm-symbolizer for readable reports. LES_SETUP_NO_SANITIZERS=1 skips them.
 if [ -z "${LES_SETUP_NO_SANITIZERS:-}" ]; then PKGS="$PKGS clang libclang-rt-14-dev llvm"; fi

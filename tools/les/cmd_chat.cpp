@@ -15,6 +15,8 @@
 #include "common.h"
 #include "engine_flags.h"
 #include "les/engine/engine.h"
+#include "les/vision/image.h"
+#include "les/vision/image_decode.h"
 #include "les/util/error.h"
 
 namespace les::cli {
@@ -58,7 +60,8 @@ std::string trim(const std::string& s) {
 int cmd_chat(int argc, char** argv) {
   Args a("chat",
          "an interactive chat: les chat -m FILE [--system TEXT] [--mem 3G] ...\n"
-         "  type a message and Enter; Ctrl-C stops a reply; /reset forgets the conversation; /exit or Ctrl-D quits",
+         "  type a message and Enter; Ctrl-C stops a reply; /reset forgets the conversation; /exit or Ctrl-D quits;\n"
+         "  with --mmproj, /image PATH adds an image to your next message",
          with_flags(with_flags({{{"--system"}, true, "a system message that starts the conversation", "TEXT"},
                                 {{"-n", "--n-predict"}, true, "tokens per reply at most (default -1 = until the model ends it)", "N"},
                                 {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens (up to -n)"},
@@ -89,8 +92,14 @@ int cmd_chat(int argc, char** argv) {
   const bool color = !a.has("--no-color") && ::isatty(STDOUT_FILENO);
   const char* marker = color ? "\033[1;32m> \033[0m" : "> ";
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
+  // Images of the conversation, in the order of their markers in the history; the next
+  // message's images (added by /image) come first in it.
+  std::vector<vision::ImageU8> images;
+  size_t pending_images = 0;
   const auto reset = [&] {
     history = nlohmann::ordered_json::array();
+    images.clear();
+    pending_images = 0;
     if (a.has("--system")) history.push_back({{"role", "system"}, {"content", a.str("--system")}});
   };
   reset();
@@ -117,25 +126,59 @@ int cmd_chat(int argc, char** argv) {
       std::fputs("(conversation forgotten)\n", stdout);
       continue;
     }
-    history.push_back({{"role", "user"}, {"content", msg}});
+    if (msg.rfind("/image", 0) == 0 && (msg.size() == 6 || msg[6] == ' ')) {
+      const std::string path = trim(msg.substr(6));
+      try {
+        if (!engine.has_vision()) throw Error("this chat takes no images: start it with --mmproj FILE");
+        if (path.empty()) throw Error("usage: /image PATH");
+        images.push_back(vision::decode_image_file(path));
+        ++pending_images;
+        std::fprintf(stderr, "(image %dx%d added to your next message)\n", images.back().width, images.back().height);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+      }
+      continue;
+    }
+    // The message's images go before its text, as llama-mtmd-cli places them.
+    std::string content;
+    for (size_t i = 0; i < pending_images; ++i) content += kImageMarker;
+    history.push_back({{"role", "user"}, {"content", content + msg}});
     std::vector<int32_t> prompt;
+    MediaPrompt media;
     try {
-      prompt = engine.tokenize_chat(engine.render_chat(history, true));
-      if (static_cast<int>(prompt.size()) >= engine.n_ctx()) {
+      const std::string rendered = engine.render_chat(history, true);
+      if (images.empty()) {
+        prompt = engine.tokenize_chat(rendered);
+      } else {
+        media = engine.media_prompt(rendered, images, true);
+      }
+      const size_t n = images.empty() ? prompt.size() : media.tokens.size();
+      if (static_cast<int>(n) >= engine.n_ctx()) {
         throw Error(strfmt("the conversation has %zu tokens and the context holds %d: /reset, or start with a larger -c",
-                           prompt.size(), engine.n_ctx()));
+                           n, engine.n_ctx()));
       }
     } catch (const Error& e) {
       history.erase(history.size() - 1);
       std::fprintf(stderr, "error: %s\n", e.what());
       continue;
     }
+    const size_t added = pending_images;
+    pending_images = 0;
     g_interrupted.store(false);
-    const EngineResult r = engine.generate(prompt, req, [](std::string_view text) {
+    const auto print = [](std::string_view text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
       return true;
-    });
+    };
+    EngineResult r;
+    try {
+      r = images.empty() ? engine.generate(prompt, req, print) : engine.generate(media, req, print);
+    } catch (const Error& e) {
+      history.erase(history.size() - 1);
+      pending_images = added;  // they go with the next message
+      std::fprintf(stderr, "error: %s\n", e.what());
+      continue;
+    }
     if (r.finish_reason == "cancelled") std::fputs(" [stopped]", stdout);
     else if (r.finish_reason == "length") std::fputs(" [length limit]", stdout);
     std::fputc('\n', stdout);

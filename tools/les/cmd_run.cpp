@@ -22,6 +22,8 @@
 #include "les/util/meminfo.h"
 #include "les/util/hash.h"
 #include "les/util/clock.h"
+#include "les/vision/image.h"
+#include "les/vision/image_decode.h"
 
 namespace les::cli {
 
@@ -36,6 +38,9 @@ int cmd_run(int argc, char** argv) {
                                 {{"--no-display-prompt"}, false, "do not echo the prompt"},
                                 {{"--stats"}, false, "print expert streaming and speculation statistics at the end"},
                                 {{"--stats-json"}, true, "write expert streaming statistics as JSON", "FILE"},
+                                {{"--image"}, true, "an image for the prompt (with --mmproj; may repeat): placed "
+                                                    "before the text, inside the user turn with --chat, as "
+                                                    "llama-mtmd-cli places it", "IMG"},
                                 {{"--trace-routing"}, true, "record the run's routing (prompt and generated tokens) as "
                                                            "PREFIX.routing-*.npy, as les trace writes it", "PREFIX"}},
                                engine_flag_specs()),
@@ -79,7 +84,28 @@ int cmd_run(int argc, char** argv) {
   StreamingExperts* experts = engine.experts();
 
   std::vector<int32_t> ids;
-  if (a.has("--chat")) {
+  MediaPrompt media;
+  const std::vector<std::string> image_paths = a.all("--image");
+  if (!image_paths.empty()) {
+    if (!engine.has_vision()) throw Error("--image needs the model's vision encoder: give it with --mmproj");
+    if (recorder) throw Error("--trace-routing records text prompts: drop --image");
+    std::vector<vision::ImageU8> images;
+    for (const std::string& p : image_paths) images.push_back(vision::decode_image_file(p));
+    // One marker per image before the text (llama-mtmd-cli's placement), unless the prompt has them.
+    std::string text = prompt;
+    if (text.find(kImageMarker) == std::string::npos) {
+      for (size_t i = 0; i < images.size(); ++i) text = std::string(kImageMarker) + text;
+    }
+    if (a.has("--chat")) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      messages.push_back({{"role", "user"}, {"content", text}});
+      media = engine.media_prompt(engine.render_chat(messages, true), images, true);
+    } else {
+      media = engine.media_prompt(text, images, false);
+    }
+    std::fprintf(stderr, "les: %d image%s: %lld visual tokens, encoded in %.3f s\n", media.n_images,
+                 media.n_images == 1 ? "" : "s", static_cast<long long>(media.n_rows), media.encode_seconds);
+  } else if (a.has("--chat")) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", prompt}});
     ids = engine.tokenize_chat(engine.render_chat(messages, true));
@@ -120,11 +146,18 @@ int cmd_run(int argc, char** argv) {
     cpu_at_first = cpu();
     first = false;
   };
-  const EngineResult r = engine.generate(ids, req, [&](std::string_view piece) {
+  const auto print_piece = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  const double t_start = now_s();
+  const EngineResult r = media.n_rows > 0 ? engine.generate(media, req, print_piece)
+                                          : engine.generate(ids, req, print_piece);
+  if (media.n_rows > 0 && !first) {
+    std::fprintf(stderr, "\nles: time to first token %.3f s (image encoding %.3f s + prefill of %zu positions)\n",
+                 time_at_first - t_start + media.encode_seconds, media.encode_seconds, media.tokens.size());
+  }
   const GenerateStats& st = r.stats;
   if (recorder) {
     // The prompt and every generated token but the last (never evaluated).

@@ -8,6 +8,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "les/synth/mmproj_spec.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
 #include "les/util/progress.h"
@@ -36,7 +37,13 @@ const char* kSummary =
     "  predictor, temporal reuse, top-10% share, max/mean load, unused experts, stream rms, NaN check.\n"
     "  A random F32 DSpark drafter (llama.cpp dflash + Markov/confidence heads) for a target model:\n"
     "  les synth --arch dflash --target TARGET.gguf -o /tmp/drafter.gguf [--layers 1 --ff-exp 512 --block 4\n"
-    "            --rank 32 --causal 0 --anchor 0 --target-layers 1,4,7 --seed 1]";
+    "            --rank 32 --causal 0 --anchor 0 --target-layers 1,4,7 --seed 1]\n"
+    "  A random vision projector (mmproj) of llama.cpp's type minicpmv4_6 (MiniCPM-V 4.6/4.7: SigLIP ViT,\n"
+    "  ViT merger, 2x2 merger MLP), for a text model whose n_embd is --text-embd; no text model is written:\n"
+    "  les synth --mmproj-shape tiny|siglip-400m -o /tmp/mmproj.gguf [--mmproj-type f16|f32|q8_0 --n-merge 2|4\n"
+    "            --insert-layer N --text-embd N --seed 1]\n"
+    "  and a text model whose vocabulary holds MiniCPM-V's image markers <image> </image> <slice> </slice>:\n"
+    "  les synth --shape tiny --image-tokens -o /tmp/text.gguf    (tiny: n_embd 128, the tiny mmproj's --text-embd)";
 
 // `les synth --arch dflash`: a random drafter for --target.
 int synth_dflash(const Args& a) {
@@ -74,12 +81,44 @@ int synth_dflash(const Args& a) {
   return 0;
 }
 
+// `les synth --mmproj-shape`: a random minicpmv4_6 vision projector.
+int synth_mmproj(const Args& a) {
+  if (a.has("--image-tokens")) throw Error("--image-tokens applies to a text model (--shape), not to an mmproj");
+  synth::MmprojSpec s = synth::mmproj_shape_spec(a.str("--mmproj-shape"));
+  s.type = a.str("--mmproj-type", s.type);
+  s.n_merge = static_cast<int>(a.i64("--n-merge", s.n_merge));
+  s.insert_layer_id = static_cast<int>(a.i64("--insert-layer", s.insert_layer_id));
+  s.text_embd = static_cast<int>(a.i64("--text-embd", s.text_embd));
+  s.seed = static_cast<uint64_t>(a.i64("--seed", 1));
+  s.name = a.str("--name", s.name);
+  synth::validate(s);
+  const std::string out = a.required("--output");
+  if (!a.has("--force") && access(out.c_str(), F_OK) == 0) {
+    throw Error(strfmt("%s exists (use --force to overwrite)", out.c_str()));
+  }
+  const uint64_t bytes = synth::mmproj_file_bytes(s);
+  std::fprintf(stderr, "synth: mmproj minicpmv4_6, ViT %d layers, n_embd %d, ff %d, %d heads, patch %d, slice %d; ",
+               s.n_layer, s.n_embd, s.n_ff, s.n_head, s.patch_size, s.image_size);
+  if (s.n_merge == 4) {
+    std::fprintf(stderr, "ViT merger after layer %d (ff %d), ", s.insert_layer_id, synth::mmproj_ff_vit_merger(s));
+  }
+  std::fprintf(stderr, "merger ff %d -> text n_embd %d (%dx fewer tokens), type %s: %s\n", synth::mmproj_ff_merger(s),
+               s.text_embd, s.n_merge * s.n_merge, s.type.c_str(), human_bytes(bytes).c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  synth::write_synth_mmproj(s, out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "wrote %s (%s) in %.1f s\n", out.c_str(), human_bytes(bytes).c_str(), secs);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_synth(int argc, char** argv) {
   std::string shapes;
   for (const auto& n : synth::shape_names()) shapes += (shapes.empty() ? "" : ", ") + n;
   const synth::SynthSpec def;
+  std::string mmproj_shapes;
+  for (const auto& n : synth::mmproj_shape_names()) mmproj_shapes += (mmproj_shapes.empty() ? "" : ", ") + n;
   Args a("synth", kSummary,
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
@@ -92,6 +131,13 @@ int cmd_synth(int argc, char** argv) {
           {{"--target-layers"}, true, "dflash: target layer inputs read, e.g. 1,4,7 (default 1, n/2, n-1)", "LIST"},
           {{"--mask-token"}, true, "dflash: MASK token id (default the last id)", "N"},
           {{"--no-confidence"}, false, "dflash: no confidence head"},
+          {{"--mmproj-shape"}, true, "write a minicpmv4_6 vision projector (mmproj) of this shape instead of a text model: " +
+                                         mmproj_shapes, "NAME"},
+          {{"--mmproj-type"}, true, "mmproj: weight matrix type f16, f32 or q8_0 (default f16)", "TYPE"},
+          {{"--n-merge"}, true, "mmproj: clip.vision.projector.scale_factor, 2 (4x fewer tokens) or 4 (16x, with the ViT merger; default)", "N"},
+          {{"--insert-layer"}, true, "mmproj: ViT layer after which the ViT merger runs (default: the shape's)", "N"},
+          {{"--text-embd"}, true, "mmproj: the text model's n_embd, the projector's output width (default: the shape's)", "N"},
+          {{"--image-tokens"}, false, "text model: add the control tokens <image> </image> <slice> </slice> (MiniCPM-V's image markers) to the vocabulary"},
           {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, q4_k_m, ... (default q8_0)", "TYPE"},
           {{"--layers"}, true, "number of layers", "N"},
           {{"--embd"}, true, "embedding width", "N"},
@@ -146,6 +192,10 @@ int cmd_synth(int argc, char** argv) {
   }
 
   if (a.str("--arch") == "dflash") return synth_dflash(a);
+  if (a.has("--mmproj-shape")) return synth_mmproj(a);
+  for (const char* f : {"--mmproj-type", "--n-merge", "--insert-layer", "--text-embd"}) {
+    if (a.has(f)) throw Error(strfmt("%s applies to an mmproj (--mmproj-shape)", f));
+  }
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));
@@ -184,6 +234,7 @@ int cmd_synth(int argc, char** argv) {
   s.skew = static_cast<float>(a.f64("--skew", s.skew));
   s.router_scale = static_cast<float>(a.f64("--router-scale", s.router_scale));
   s.context_focus = static_cast<float>(a.f64("--context-focus", s.context_focus));
+  s.image_tokens = a.has("--image-tokens");
   synth::validate(s);
 
   const std::string out = a.required("--output");
@@ -199,7 +250,8 @@ int cmd_synth(int argc, char** argv) {
     std::fprintf(stderr, "%d experts (%d used) of %d", s.n_expert, s.n_expert_used, s.n_ff_exp);
     if (s.n_ff_shexp > 0) std::fprintf(stderr, " + shared %d", s.n_ff_shexp);
   }
-  std::fprintf(stderr, ", vocab %d, type %s: %s\n", s.n_vocab, s.type.c_str(), human_bytes(bytes).c_str());
+  std::fprintf(stderr, ", vocab %d%s, type %s: %s\n", s.n_vocab, s.image_tokens ? " (with image tokens)" : "",
+               s.type.c_str(), human_bytes(bytes).c_str());
 
   const auto t0 = std::chrono::steady_clock::now();
   Progress bar("synth", bytes);

@@ -19,5 +19,6 @@ int cmd_chat(int argc, char** argv);
 int cmd_probe(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
+int cmd_image_embed(int argc, char** argv);
 
 }  // namespace les::cli

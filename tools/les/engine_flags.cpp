@@ -54,6 +54,10 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--draft-max"}, true, "tokens drafted per round at most (default 6)", "N"},
       {{"--draft-min"}, true, "a round drafts at least N tokens or none (default 0)", "N"},
       {{"--draft-p-min"}, true, "cut a draft at the first token whose drafter confidence is below P (default 0)", "P"},
+      {{"--mmproj"}, true, "images in: the model's vision encoder (mmproj GGUF of a MiniCPM-V 4.6/4.7 model, "
+                           "projector type minicpmv4_6)", "FILE"},
+      {{"--image-compression"}, true, "with --mmproj: visual tokens per 2x2 (4) or 4x4 (16) patches (default: the "
+                                      "file's; 16 needs a file with the ViT merger)", "4|16"},
       {{"--spec-fixed"}, false, "always draft --draft-max tokens (default: load-aware depth, chosen each round from "
                                 "measured acceptance and verification cost; 0 when speculation does not pay)"},
   };
@@ -80,6 +84,12 @@ EngineOptions engine_options_from(const Args& a) {
   if (o.context.n_threads < 1 || o.context.n_threads > 256) throw Error("--threads must be in [1, 256]");
   if (o.context.n_ctx < 0) throw Error("--ctx-size must be >= 0");
   if (o.context.n_batch < 1) throw Error("--batch-size must be >= 1");
+  o.mmproj_path = a.str("--mmproj", "");
+  o.image_compression = static_cast<int>(a.i64("--image-compression", 0));
+  if (a.has("--image-compression") && o.mmproj_path.empty()) throw Error("--image-compression needs --mmproj");
+  if (a.has("--image-compression") && o.image_compression != 4 && o.image_compression != 16) {
+    throw Error("--image-compression must be 4 or 16");
+  }
 
   o.drafter.kind = a.str("--spec", "none");
   o.drafter.draft_path = a.str("--draft", "");

@@ -28,6 +28,7 @@ const Command kCommands[] = {
     {"serve", les::cli::cmd_serve, "an OpenAI-compatible HTTP server (chat and text completions, streamed or not)"},
     {"chat", les::cli::cmd_chat, "an interactive chat in the terminal (the model's chat template, streamed replies)"},
     {"trace", les::cli::cmd_trace, "record a model's routing over a text as .npy files (cache replays, bench_cache_policy)"},
+    {"image-embed", les::cli::cmd_image_embed, "encode an image with a MiniCPM-V vision encoder (mmproj): raw float rows as llama.cpp's mtmd orders them"},
     {"plan", les::cli::cmd_plan, "what running a model here will look like: memory, speed and its bounds, what would raise it"},
     {"probe", les::cli::cmd_probe, "measure the disk with a model's expert reads (cached per device; ceilings, --read-chunk auto)"},
     {"bench", les::cli::cmd_bench, "the published staging (baseline -> +lookahead -> ... -> +speculation) on this machine"},

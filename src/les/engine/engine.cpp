@@ -2,17 +2,33 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include <sys/stat.h>
 
 #include "les/chat/chat_template.h"
 #include "les/engine/text_stream.h"
 #include "les/sched/io_probe.h"
+#include "les/util/clock.h"
 #include "les/util/error.h"
+#include "les/util/hash.h"
+#include "les/vision/encoder.h"
+#include "les/vision/image_decode.h"
+#include "les/vision/image_prompt.h"
+#include "les/vision/mmproj.h"
 
 namespace les {
 
 namespace {
+
+// What the vision encoder takes besides its mapped file: activations of one slice (about 1000
+// patches of the SigLIP-400M shape).
+constexpr uint64_t kVisionWorkBytes = 96ull << 20;
+
+uint64_t file_bytes(const std::string& path) {
+  struct stat st {};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
 
 // What a file drafter keeps resident, before it is built: its file's size.
 uint64_t drafter_file_bytes(const DrafterOptions& d) {
@@ -38,6 +54,8 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     mr.n_ctx = cp.n_ctx;
     mr.n_batch = cp.n_batch;
     mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
+    // The vision encoder is resident beside the model, as a drafter is.
+    if (!opts_.mmproj_path.empty()) mr.drafter_bytes += file_bytes(opts_.mmproj_path) + kVisionWorkBytes;
     choice_ = choose_memory(fp, mr, opts_.memory_facts ? *opts_.memory_facts : MemoryFacts::of_this_machine());
     cp.n_ctx = choice_.n_ctx;
     if (choice_.mode == MemoryMode::stream) {
@@ -69,17 +87,31 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
   }
   if (drafter_) depth_ = std::make_unique<DepthController>(opts_.depth);
 
+  uint64_t vision_bytes = 0;
+  if (!opts_.mmproj_path.empty()) {
+    mmproj_ = vision::Mmproj::load(opts_.mmproj_path);
+    if (mmproj_->config().out_embd != model_->config().n_embd) {
+      throw Error(strfmt("%s: the vision encoder's output width is %d but the text model's n_embd is %lld: they are not "
+                         "parts of one model",
+                         opts_.mmproj_path.c_str(), mmproj_->config().out_embd,
+                         static_cast<long long>(model_->config().n_embd)));
+    }
+    vision::image_merge(*mmproj_, opts_.image_compression);  // a compression the file can run
+    markers_ = std::make_unique<vision::ImageMarkers>(vision::find_image_markers(*tok_));
+    vision_bytes = mmproj_->bytes() + kVisionWorkBytes;
+  }
+
   if (streaming) {
     StreamingOptions so = opts_.streaming;
     const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*model_, so.io_mode);
-    const uint64_t drafter_bytes = drafter_ ? drafter_->resident_bytes() : 0;
+    const uint64_t drafter_bytes = (drafter_ ? drafter_->resident_bytes() : 0) + vision_bytes;
     plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes);
     so.cache_bytes = plan_.cache;
     so.withheld_bytes = 0;
-    if (drafter_ && drafter_bytes > 0 && opts_.depth.adaptive) {
+    if (drafter_ && drafter_bytes > vision_bytes && opts_.depth.adaptive) {
       // The drafter's share of the cache is withheld (never touched) rather than missing: when the
       // depth controller gives speculation up, the drafter is freed and the slots go in use.
-      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, 0).cache;
+      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, vision_bytes).cache;
       so.withheld_bytes = so.cache_bytes - plan_.cache;
     }
     if (opts_.probe_io || so.read_chunk_auto) {
@@ -100,6 +132,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     experts_ = std::make_unique<StreamingExperts>(*model_, so);
   }
   ctx_ = std::make_unique<Context>(*model_, cp, experts_.get());
+  if (mmproj_) vision_ = std::make_unique<vision::VisionEncoder>(*mmproj_, ctx_->pool());
 }
 
 Engine::~Engine() = default;
@@ -142,8 +175,16 @@ EngineResult Engine::generate(std::span<const int32_t> prompt, const EngineReque
     while (keep < lim && held[keep] == prompt[keep]) ++keep;
   }
   ctx_->rollback(static_cast<int>(keep));
-  r.n_reused = static_cast<int>(keep);
+  const std::vector<int32_t> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(keep), prompt.end());
+  EngineResult r2 = run_generation(suffix, req, on_text);
+  r2.n_prompt = r.n_prompt;
+  r2.n_reused = static_cast<int>(keep);
+  return r2;
+}
 
+EngineResult Engine::run_generation(const std::vector<int32_t>& suffix, const EngineRequest& req,
+                                    const TextCallback& on_text) {
+  EngineResult r;
   GenerateParams gp;
   gp.n_predict = req.n_predict;
   gp.sampling = req.sampling;
@@ -167,7 +208,6 @@ EngineResult Engine::generate(std::span<const int32_t> prompt, const EngineReque
     r.text += s;
     return on_text ? on_text(s) : true;
   };
-  const std::vector<int32_t> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(keep), prompt.end());
   r.stats = les::generate(*ctx_, *tok_, suffix, gp, [&](int32_t id, const std::string& piece) {
     // A cancel that came while this token was computed drops it: nothing after the request to stop
     // is shown (the token was computed, so it is counted).
@@ -188,6 +228,110 @@ EngineResult Engine::generate(std::span<const int32_t> prompt, const EngineReque
   if (cancelled) r.finish_reason = "cancelled";
   else if (stream.stopped() || r.stats.stop_reason == "eog") r.finish_reason = "stop";
   else r.finish_reason = "length";
+  return r;
+}
+
+const vision::ImageChunk& Engine::encoded_image(const vision::ImageU8& img) {
+  // The same image in a conversation's next turn (or another request) is not encoded again.
+  uint64_t key = hash64(img.rgb.data(), img.rgb.size(), static_cast<uint64_t>(img.width) << 32 | static_cast<uint32_t>(img.height));
+  key = hash64(&opts_.image_compression, sizeof(int), key);
+  for (size_t i = 0; i < image_cache_.size(); ++i) {
+    if (image_cache_[i].first == key) {
+      std::rotate(image_cache_.begin(), image_cache_.begin() + static_cast<std::ptrdiff_t>(i),
+                  image_cache_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return image_cache_.front().second;
+    }
+  }
+  vision::ImageOptions io;
+  io.compression = opts_.image_compression;
+  image_cache_.insert(image_cache_.begin(), {key, vision::encode_image(*mmproj_, *vision_, img, *markers_, io)});
+  constexpr size_t kCachedImages = 8;
+  if (image_cache_.size() > kCachedImages) image_cache_.pop_back();
+  return image_cache_.front().second;
+}
+
+MediaPrompt Engine::media_prompt(std::string_view text, std::span<const vision::ImageU8> images, bool chat) {
+  if (!mmproj_) throw Error("this model takes no images: give the vision encoder with --mmproj");
+  std::vector<std::string_view> segments;
+  size_t start = 0;
+  for (size_t pos; (pos = text.find(kImageMarker, start)) != std::string_view::npos; start = pos + kImageMarker.size()) {
+    segments.push_back(text.substr(start, pos - start));
+  }
+  segments.push_back(text.substr(start));
+  if (segments.size() - 1 != images.size()) {
+    throw Error(strfmt("the prompt has %zu image markers but %zu images were given", segments.size() - 1, images.size()));
+  }
+  MediaPrompt mp;
+  const double t0 = now_s();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    // The BOS rule applies to the prompt's start only (mtmd: add_special on the first text part).
+    if (!segments[i].empty() || i == 0) {
+      std::vector<int32_t> ids;
+      if (i == 0) {
+        ids = chat ? tokenize_chat(std::string(segments[i])) : tok_->encode(segments[i], true, false);
+      } else {
+        ids = tok_->encode(segments[i], false, chat);
+      }
+      mp.tokens.insert(mp.tokens.end(), ids.begin(), ids.end());
+    }
+    if (i < images.size()) {
+      const vision::ImageChunk& c = encoded_image(images[i]);
+      mp.tokens.insert(mp.tokens.end(), c.tokens.begin(), c.tokens.end());
+      mp.rows.insert(mp.rows.end(), c.rows.begin(), c.rows.end());
+      mp.n_rows += c.n_rows;
+      ++mp.n_images;
+    }
+  }
+  mp.encode_seconds = now_s() - t0;
+  return mp;
+}
+
+EngineResult Engine::generate(const MediaPrompt& prompt, const EngineRequest& req, const TextCallback& on_text) {
+  if (prompt.n_rows == 0) return generate(std::span<const int32_t>(prompt.tokens), req, on_text);
+  if (drafter_) throw Error("images with speculative decoding are not supported: run without --spec");
+  const int64_t E = model_->config().n_embd;
+  if (static_cast<int64_t>(prompt.rows.size()) != prompt.n_rows * E) {
+    throw Error(strfmt("media prompt: %lld rows of %lld floats expected, %zu floats given",
+                       static_cast<long long>(prompt.n_rows), static_cast<long long>(E), prompt.rows.size()));
+  }
+  if (static_cast<int64_t>(prompt.tokens.size()) > ctx_->n_ctx()) {
+    throw Error(strfmt("the prompt has %zu positions (text and image tokens) but the context holds %d (raise -c / --ctx-size)",
+                       prompt.tokens.size(), ctx_->n_ctx()));
+  }
+  size_t last_row = 0;
+  for (size_t i = 0; i < prompt.tokens.size(); ++i) {
+    if (prompt.tokens[i] == Context::kEmbeddingRow) last_row = i;
+  }
+  if (last_row + 1 == prompt.tokens.size()) throw Error("media prompt: a prompt cannot end with a visual token");
+  // Reuse of the cache: equal tokens, and visual tokens whose rows are equal (the same image again in
+  // a conversation's next turn), up to the last visual token at most.
+  size_t keep = 0;
+  if (opts_.reuse_prefix) {
+    const std::span<const int32_t> held = ctx_->tokens();
+    const size_t lim = std::min(held.size(), last_row);
+    int64_t row = 0;
+    while (keep < lim && held[keep] == prompt.tokens[keep]) {
+      if (prompt.tokens[keep] == Context::kEmbeddingRow) {
+        const float* h = ctx_->embedding_row(static_cast<int>(keep));
+        if (!h || std::memcmp(h, prompt.rows.data() + row * E, static_cast<size_t>(E) * sizeof(float)) != 0) break;
+        ++row;
+      }
+      ++keep;
+    }
+  }
+  int64_t rows_before = 0;
+  for (size_t i = 0; i < keep; ++i) rows_before += prompt.tokens[i] == Context::kEmbeddingRow;
+  ctx_->rollback(static_cast<int>(keep));
+  const double t0 = now_s();
+  const std::span<const int32_t> head(prompt.tokens.data() + keep, last_row + 1 - keep);
+  ctx_->eval_mixed(head, prompt.rows.data() + rows_before * E, prompt.n_rows - rows_before, false);
+  const double head_seconds = now_s() - t0;
+  const std::vector<int32_t> tail(prompt.tokens.begin() + static_cast<std::ptrdiff_t>(last_row + 1), prompt.tokens.end());
+  EngineResult r = run_generation(tail, req, on_text);
+  r.n_prompt = static_cast<int>(prompt.tokens.size());
+  r.n_reused = static_cast<int>(keep);
+  r.stats.n_prompt += static_cast<int>(head.size());
+  r.stats.prompt_seconds += head_seconds;
   return r;
 }
 

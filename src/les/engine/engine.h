@@ -30,6 +30,27 @@
 namespace les {
 
 class ChatTemplate;
+namespace vision {
+class Mmproj;
+class VisionEncoder;
+struct ImageU8;
+struct ImageMarkers;
+struct ImageChunk;
+}  // namespace vision
+
+// The text that stands for an image in a prompt given to Engine::media_prompt (llama.cpp's mtmd
+// marker).
+inline constexpr std::string_view kImageMarker = "<__media__>";
+
+// A prompt with images: text tokens and Context::kEmbeddingRow placeholders (one per visual
+// token), with the visual tokens' rows [n_rows][n_embd] in order.
+struct MediaPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<float> rows;
+  int64_t n_rows = 0;
+  int n_images = 0;
+  double encode_seconds = 0;   // preprocessing and encoding of the images
+};
 
 struct EngineOptions {
   std::string model_path;
@@ -63,6 +84,10 @@ struct EngineOptions {
   bool probe_io = false;
   bool probe_refresh = false;
   bool probe_quick = false;  // a short, uncached probe (tests)
+  // Images in: a MiniCPM-V vision encoder (mmproj GGUF, projector type minicpmv4_6) whose output
+  // width is the model's n_embd, and the visual-token compression (4 or 16; 0: the file's).
+  std::string mmproj_path;
+  int image_compression = 0;
 };
 
 struct EngineRequest {
@@ -101,6 +126,19 @@ class Engine {
 
   // Evaluates the prompt (throws les::Error when it does not fit the context) and generates.
   EngineResult generate(std::span<const int32_t> prompt, const EngineRequest& req, const TextCallback& on_text);
+  // The same with images: the text before the last visual token is evaluated (images streamed
+  // through the text model batch by batch, never mixing rows and tokens in a batch), the rest is
+  // generate()'s prompt. The KV cache is reused up to the first visual token at most. Throws
+  // les::Error with a drafter (speculative decoding takes text prompts only).
+  EngineResult generate(const MediaPrompt& prompt, const EngineRequest& req, const TextCallback& on_text);
+
+  // Images in (EngineOptions::mmproj_path): text in which each kImageMarker stands for the next
+  // image, tokenized as tokenize_chat (chat: a rendered chat prompt, special tokens parsed) or
+  // tokenize (the BOS rule) does it, each marker replaced by the image's tokens (vision/image_prompt.h).
+  // Throws les::Error without a vision encoder or when markers and images differ in number.
+  MediaPrompt media_prompt(std::string_view text, std::span<const vision::ImageU8> images, bool chat);
+  bool has_vision() const { return mmproj_ != nullptr; }
+  const vision::Mmproj* mmproj() const { return mmproj_.get(); }
 
   // Text -> tokens as `les run` does (the model's BOS rule; special tokens parsed when
   // parse_special, e.g. for a rendered chat prompt).
@@ -138,6 +176,9 @@ class Engine {
   const EngineOptions& options() const { return opts_; }
 
  private:
+  // Generates after what the context holds, with suffix as the rest of the prompt.
+  EngineResult run_generation(const std::vector<int32_t>& suffix, const EngineRequest& req, const TextCallback& on_text);
+
   EngineOptions opts_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
@@ -152,6 +193,12 @@ class Engine {
   std::optional<storage::DeviceProbe> probe_;
   bool probe_cached_ = false;
   uint64_t read_chunk_ = 0;
+  std::unique_ptr<vision::Mmproj> mmproj_;
+  std::unique_ptr<vision::VisionEncoder> vision_;
+  std::unique_ptr<vision::ImageMarkers> markers_;
+  // Encoded images, most recent first (hash of the pixels and compression -> chunk).
+  std::vector<std::pair<uint64_t, vision::ImageChunk>> image_cache_;
+  const vision::ImageChunk& encoded_image(const vision::ImageU8& img);
 };
 
 }  // namespace les

@@ -57,6 +57,7 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
                        static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
   }
   tokens_.assign(sz(n_ctx_), 0);
+  embd_row_.assign(sz(n_ctx_), -1);
   if (n_rec_layers > 0) {
     rec_ = std::make_unique<RecurrentState>(cfg_);
     delta_net_ = std::make_unique<DeltaNetMixer>(cfg_);
@@ -96,6 +97,16 @@ const float* Context::hidden(int i) const {
 
 void Context::rollback(int n) {
   if (n < 0 || n > n_past_) throw Error(strfmt("rollback to %d is outside [0, %d]", n, n_past_));
+  // Embedding rows of forgotten positions go (rows are stored in position order).
+  int64_t rows_kept = 0;
+  for (int p = n - 1; p >= 0; --p) {
+    if (embd_row_[sz(p)] >= 0) {
+      rows_kept = embd_row_[sz(p)] + 1;
+      break;
+    }
+  }
+  for (int p = n; p < n_past_; ++p) embd_row_[sz(p)] = -1;
+  embd_rows_.resize(sz(rows_kept) * sz(cfg_.n_embd));
   if (!rec_ || n == n_past_) {
     n_past_ = n;
     return;
@@ -115,9 +126,63 @@ void Context::rollback(int n) {
 void Context::replay(int from, int to) {
   if (from >= to) return;
   rec_->begin_eval(from);
-  for (int b = from; b < to; b += n_batch_) {
-    const int n = std::min(n_batch_, to - b);
-    forward_chunk(tokens_.data() + b, n, false, -1);
+  for (int b = from; b < to;) {
+    int e = b + 1;
+    while (e < to && (embd_row_[sz(e)] >= 0) == (embd_row_[sz(b)] >= 0)) ++e;
+    eval_run(b, e, false, false, -1);
+    b = e;
+  }
+  experts_->on_token_done();
+}
+
+void Context::eval_run(int b, int e, bool all_logits, bool logits_last, int out_base) {
+  const bool rows = embd_row_[sz(b)] >= 0;
+  for (int p = b; p < e; p += n_batch_) {
+    const int n = std::min(n_batch_, e - p);
+    const float* h_in = rows ? embd_rows_.data() + sz(embd_row_[sz(p)]) * sz(cfg_.n_embd) : nullptr;
+    int base = -1;
+    if (all_logits) base = out_base + (p - b);
+    else if (logits_last && p + n == e) base = 0;
+    forward_chunk(tokens_.data() + p, n, all_logits, base, 0, h_in);
+  }
+}
+
+void Context::eval_mixed(std::span<const int32_t> tokens, const float* embd, int64_t n_rows, bool all_logits) {
+  if (tokens.empty()) throw Error("eval: no tokens");
+  int64_t rows = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] == kEmbeddingRow) {
+      ++rows;
+    } else if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
+    }
+  }
+  if (rows != n_rows || (rows > 0 && embd == nullptr)) {
+    throw Error(strfmt("eval: %lld embedding positions but %lld rows given", static_cast<long long>(rows),
+                       static_cast<long long>(n_rows)));
+  }
+  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
+    throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", n_past_,
+                       tokens.size(), n_ctx_));
+  }
+  const int n_total = static_cast<int>(tokens.size());
+  const int64_t E = cfg_.n_embd;
+  int64_t next_row = static_cast<int64_t>(embd_rows_.size()) / E;
+  embd_rows_.insert(embd_rows_.end(), embd, embd + rows * E);
+  for (int i = 0; i < n_total; ++i) {
+    tokens_[sz(n_past_ + i)] = tokens[sz(i)];
+    embd_row_[sz(n_past_ + i)] = tokens[sz(i)] == kEmbeddingRow ? static_cast<int32_t>(next_row++) : -1;
+  }
+  if (rec_) rec_->begin_eval(n_past_);
+  n_outputs_ = all_logits ? n_total : 1;
+  ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
+  ensure(hidden_, sz(n_outputs_) * sz(cfg_.n_embd));
+  const int start = n_past_;
+  for (int b = start; b < start + n_total;) {
+    int e = b + 1;
+    while (e < start + n_total && (embd_row_[sz(e)] >= 0) == (embd_row_[sz(b)] >= 0)) ++e;
+    eval_run(b, e, all_logits, e == start + n_total, b - start);
+    b = e;
   }
   experts_->on_token_done();
 }
@@ -135,6 +200,7 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   }
   const int n_total = static_cast<int>(tokens.size());
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + n_past_);
+  std::fill(embd_row_.begin() + n_past_, embd_row_.begin() + n_past_ + n_total, -1);
   if (rec_) rec_->begin_eval(n_past_);
   n_outputs_ = all_logits ? n_total : 1;
   ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
@@ -166,6 +232,8 @@ void Context::eval_from_layer(std::span<const int32_t> tokens, int first_layer, 
   }
   const int n_total = static_cast<int>(tokens.size());
   std::copy(tokens.begin(), tokens.end(), tokens_.begin());
+  std::fill(embd_row_.begin(), embd_row_.begin() + n_total, -1);
+  embd_rows_.clear();
   if (rec_) rec_->begin_eval(0);
   n_outputs_ = n_total;
   ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));

@@ -67,6 +67,16 @@ class Context {
   // when the context would overflow.
   void eval(std::span<const int32_t> tokens, bool all_logits);
 
+  // A token id that stands for an input embedding row (an image's visual token) in eval_mixed
+  // and in tokens().
+  static constexpr int32_t kEmbeddingRow = -1;
+  // Evaluates tokens at positions n_past().. where every kEmbeddingRow takes the next row of
+  // embd ([rows][n_embd], in order) as its input instead of a token embedding; the rows are kept
+  // for a rollback's replay. Batches never mix rows and tokens (each run is cut at n_batch).
+  // Throws les::Error for a row count that does not match, a token id out of range or a full
+  // context.
+  void eval_mixed(std::span<const int32_t> tokens, const float* embd, int64_t n_rows, bool all_logits);
+
   // Evaluates tokens at positions 0.. of an empty context (n_past() == 0) from layer first_layer
   // on: h_in [n][n_embd] is that layer's input (the residual stream after layer first_layer - 1,
   // as the "l_out" observer reports it; first_layer == n_layer runs only the output head).
@@ -81,9 +91,15 @@ class Context {
   int n_outputs() const { return n_outputs_; }
 
   int n_past() const { return n_past_; }
-  // The tokens at positions [0, n_past()).
+  // The tokens at positions [0, n_past()) (kEmbeddingRow where an embedding row was evaluated).
   std::span<const int32_t> tokens() const { return {tokens_.data(), static_cast<size_t>(n_past_)}; }
   int n_ctx() const { return n_ctx_; }
+  // The input row evaluated at position pos (< n_past()) when it was an embedding row, else null.
+  const float* embedding_row(int pos) const {
+    return pos >= 0 && pos < n_past_ && embd_row_[static_cast<size_t>(pos)] >= 0
+               ? embd_rows_.data() + static_cast<size_t>(embd_row_[static_cast<size_t>(pos)]) * static_cast<size_t>(cfg_.n_embd)
+               : nullptr;
+  }
   // Forgets positions >= n (rollback of rejected tokens); 0 resets. With recurrent (DeltaNet)
   // layers the state is restored from the snapshot taken at the start of the last eval (or
   // reset to position 0 when n is before it) and the kept tokens after it are evaluated again:
@@ -126,6 +142,8 @@ class Context {
   // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
+  // Evaluates positions [b, e) of tokens_ (one run: all tokens or all embedding rows) in batches.
+  void eval_run(int b, int e, bool all_logits, bool logits_last, int out_base);
   void ffn(const LayerWeights& L, int il, int n);
   // Reports product p of block `block` to the matmul observer (which must be set).
   void observe(int block, Product p, int expert, const float* x, int64_t n_rows, int64_t n_in) const {
@@ -149,6 +167,8 @@ class Context {
   std::vector<int> kv_slot_;   // [n_layer]: KV cache slot of an attention layer, -1 for recurrent
   std::vector<int> rec_slot_;  // [n_layer]: recurrent state slot of a DeltaNet layer, else -1
   std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)
+  std::vector<int32_t> embd_row_;   // [n_ctx]: row of embd_rows_ at an embedding position, else -1
+  std::vector<float> embd_rows_;    // input embedding rows evaluated so far [rows][n_embd]
   std::unique_ptr<RecurrentState> rec_;       // null without recurrent layers
   std::unique_ptr<DeltaNetMixer> delta_net_;
   std::unique_ptr<GatedAttentionMixer> gated_attn_;

@@ -1,5 +1,7 @@
 #include "les/server/api_request.h"
 
+#include <array>
+
 #include <cmath>
 
 #include "les/util/error.h"
@@ -84,28 +86,92 @@ int64_t get_int(const json& body, const char* name, int64_t def, int64_t lo, int
 }
 
 // A message's content: a string, null, or a list of {"type": "text", "text": ...} parts (joined
-// with newlines). Other part types are refused: this server handles text.
-std::string content_text(const json& c, const std::string& param) {
+// with newlines) and {"type": "image_url", "image_url": {"url": "data:...;base64,..."}} parts (each
+// a marker in the text, its bytes appended to images). Other part types are refused.
+std::string content_text(const json& c, const std::string& param, std::vector<std::string>& images) {
   if (c.is_null()) return {};
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) bad(param, strfmt("must be a string or an array of content parts, not %s", type_name(c)));
   std::string out;
+  bool after_text = false;
   for (size_t i = 0; i < c.size(); ++i) {
     const json& part = c[i];
     const std::string pp = strfmt("%s[%zu]", param.c_str(), i);
     if (!part.is_object()) bad(pp, "must be an object");
     const json* t = field(part, "type");
     if (!t || !t->is_string()) bad(pp + ".type", "must be a string");
-    if (*t != "text") bad(pp + ".type", strfmt("'%s' is not supported: this server handles text only", t->get<std::string>().c_str()));
+    if (*t == "image_url") {
+      const json* iu = field(part, "image_url");
+      const json* url = iu && iu->is_object() ? field(*iu, "url") : iu;
+      if (!url || !url->is_string()) bad(pp + ".image_url.url", "must be a string (a data: URL)");
+      images.push_back(decode_data_url(url->get<std::string>(), pp + ".image_url.url"));
+      out += "<__media__>";
+      after_text = false;
+      continue;
+    }
+    if (*t != "text") {
+      bad(pp + ".type", strfmt("'%s' is not supported: content parts are text or image_url", t->get<std::string>().c_str()));
+    }
     const json* text = field(part, "text");
     if (!text || !text->is_string()) bad(pp + ".text", "must be a string");
-    if (!out.empty()) out += '\n';
+    if (after_text) out += '\n';
     out += text->get<std::string>();
+    after_text = true;
   }
   return out;
 }
 
-json parse_messages(const json& body) {
+}  // namespace
+
+std::string decode_data_url(std::string_view url, const std::string& param) {
+  if (!url.starts_with("data:")) {
+    const size_t colon = url.find(':');
+    const std::string scheme(url.substr(0, colon == std::string_view::npos ? 0 : colon));
+    bad(param, scheme.empty() ? std::string("must be a data: URL with base64 image bytes")
+                              : strfmt("'%s:' URLs are not fetched: send the image inline as a data: URL "
+                                       "(data:image/png;base64,...)", scheme.c_str()));
+  }
+  const size_t comma = url.find(',');
+  if (comma == std::string_view::npos) bad(param, "a data: URL needs a ',' before its data");
+  const std::string_view meta = url.substr(5, comma - 5);
+  if (!meta.ends_with(";base64")) bad(param, "the data: URL must be base64-encoded (data:image/...;base64,...)");
+  const std::string_view b64 = url.substr(comma + 1);
+  static const auto table = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) t[static_cast<uint8_t>(a[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  std::string out;
+  out.reserve(b64.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t i = 0, pad = 0;
+  for (; i < b64.size(); ++i) {
+    const char ch = b64[i];
+    if (ch == '=') {
+      ++pad;
+      continue;
+    }
+    if (ch == '\n' || ch == '\r' || ch == ' ') continue;
+    const int8_t v = table[static_cast<uint8_t>(ch)];
+    if (v < 0 || pad > 0) bad(param, strfmt("the data: URL's base64 has an invalid character at offset %zu", i));
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  if (pad > 2 || bits >= 6) bad(param, "the data: URL's base64 is truncated");
+  if (out.empty()) bad(param, "the data: URL holds no bytes");
+  return out;
+}
+
+namespace {
+
+json parse_messages(const json& body, std::vector<std::string>& images) {
   const json* m = field(body, "messages");
   if (!m) bad("messages", "is required");
   if (!m->is_array()) bad("messages", strfmt("must be an array, not %s", type_name(*m)));
@@ -123,7 +189,7 @@ json parse_messages(const json& body) {
     }
     json o = json::object();
     o["role"] = r == "developer" ? "system" : r;
-    o["content"] = content_text(msg.contains("content") ? msg["content"] : json(), p + ".content");
+    o["content"] = content_text(msg.contains("content") ? msg["content"] : json(), p + ".content", images);
     // Fields some templates read, passed through when well-formed.
     if (const json* rc = field(msg, "reasoning_content")) {
       if (!rc->is_string()) bad(p + ".reasoning_content", "must be a string");
@@ -204,7 +270,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     r.include_usage = get_bool(*so, "include_usage", false);
   }
   if (endpoint == Endpoint::chat) {
-    r.messages = parse_messages(body);
+    r.messages = parse_messages(body, r.images);
     if (const json* kw = field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
       r.template_kwargs = *kw;

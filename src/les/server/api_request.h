@@ -38,6 +38,9 @@ struct CompletionRequest {
   bool include_usage = false;            // stream_options.include_usage
   // chat: the messages, content normalised to strings; completion: unused.
   nlohmann::ordered_json messages;
+  // chat: the images of image_url content parts (the bytes of their data: URLs), in order; each
+  // stands at a kImageMarker ("<__media__>") in its message's content.
+  std::vector<std::string> images;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs, tools
   // completion: the prompt as text, or as token ids.
   std::string prompt_text;
@@ -51,7 +54,12 @@ struct CompletionRequest {
 };
 
 // Parses a body for the endpoint. Throws ApiError(400) for malformed JSON, unknown values, fields
-// of the wrong type or out of range, and unsupported features (n > 1, logprobs, non-text content).
+// of the wrong type or out of range, and unsupported features (n > 1, logprobs, content parts other
+// than text and image_url, image URLs other than base64 data: URLs).
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body);
+
+// The bytes of a base64 data: URL ("data:image/png;base64,..."). Throws ApiError(400) naming
+// param for any other URL (remote URLs are not fetched) or malformed base64.
+std::string decode_data_url(std::string_view url, const std::string& param);
 
 }  // namespace les::server

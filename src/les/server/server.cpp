@@ -16,6 +16,8 @@
 #include "les/server/request_queue.h"
 #include "les/util/error.h"
 #include "les/util/clock.h"
+#include "les/vision/image_decode.h"
+#include "les/vision/image_prompt.h"
 
 namespace les::server {
 
@@ -27,6 +29,10 @@ namespace {
 struct Job {
   CompletionRequest req;
   std::vector<int32_t> prompt;
+  // With images: the rendered chat prompt and the decoded images (encoded when the job runs).
+  std::string rendered;
+  std::vector<vision::ImageU8> images;
+  int64_t positions = 0;
   ResponseIdentity identity;
   std::unique_ptr<RequestQueue::Ticket> ticket;
   double t_enqueued = 0;
@@ -84,6 +90,7 @@ struct Server::Impl {
         throw ApiError(400, strfmt("the chat template rejected the messages: %s", err.what()), "messages");
       }
       job->prompt = engine.tokenize_chat(rendered);
+      if (!r.images.empty()) prepare_images(*job, rendered);
     } else if (r.prompt_is_tokens) {
       const int32_t n_vocab = engine.tokenizer().n_tokens();
       for (int32_t t : r.prompt_tokens) {
@@ -95,9 +102,11 @@ struct Server::Impl {
     }
     if (job->prompt.empty()) throw ApiError(400, "the prompt is empty", "prompt");
     const int n_ctx = engine.n_ctx();
-    if (static_cast<int>(job->prompt.size()) >= n_ctx) {
-      throw ApiError(400, strfmt("the prompt has %zu tokens but the context holds %d: shorten it or start the "
-                                 "server with a larger --ctx-size", job->prompt.size(), n_ctx),
+    const int64_t positions = job->images.empty() ? static_cast<int64_t>(job->prompt.size()) : job->positions;
+    if (positions >= n_ctx) {
+      throw ApiError(400, strfmt("the prompt has %lld tokens%s but the context holds %d: shorten it or start the "
+                                 "server with a larger --ctx-size", static_cast<long long>(positions),
+                                 job->images.empty() ? "" : " (text and image tokens)", n_ctx),
                      e == Endpoint::chat ? "messages" : "prompt");
     }
     if (!r.seed_given) r.sampling.seed = std::random_device{}();
@@ -108,6 +117,39 @@ struct Server::Impl {
     }
     job->t_enqueued = now_s();
     return job;
+  }
+
+  // A chat request's images: decoded now (bad bytes are the client's error), encoded when it runs.
+  void prepare_images(Job& job, const std::string& rendered) {
+    const CompletionRequest& r = job.req;
+    if (!engine.has_vision()) {
+      throw ApiError(400, "this server takes no images: it was started without a vision encoder (--mmproj)", "messages");
+    }
+    if (engine.drafter()) {
+      throw ApiError(400, "images with speculative decoding are not supported: start the server without --spec", "messages");
+    }
+    size_t markers = 0;
+    for (size_t p = rendered.find(kImageMarker); p != std::string::npos; p = rendered.find(kImageMarker, p + 1)) ++markers;
+    if (markers != r.images.size()) {
+      throw ApiError(400, strfmt("the messages hold %zu images but %zu image markers ('%s' in a text part stands for an "
+                                 "image)", r.images.size(), markers, std::string(kImageMarker).c_str()), "messages");
+    }
+    job.rendered = rendered;
+    int64_t text_tokens = static_cast<int64_t>(job.prompt.size());
+    int64_t positions = 0;
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      const std::string what = strfmt("image %zu of the messages", i);
+      try {
+        job.images.push_back(vision::decode_image_bytes(reinterpret_cast<const uint8_t*>(r.images[i].data()),
+                                                        r.images[i].size(), what));
+        positions += vision::image_positions(*engine.mmproj(), job.images.back().width, job.images.back().height,
+                                             engine.options().image_compression);
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+      }
+    }
+    // The marker text was tokenized too: an upper bound is enough for the context check.
+    job.positions = text_tokens + positions;
   }
 
   // Runs a job whose turn has come; `write` sends bytes to the client (false: it is gone).
@@ -134,7 +176,7 @@ struct Server::Impl {
     EngineResult res;
     std::string error;
     try {
-      res = engine.generate(job.prompt, er, [&](std::string_view text) {
+      const auto on_text = [&](std::string_view text) {
         bool ok = true;
         if (r.stream) {
           ok = write(sse_event(stream_chunk(e, job.identity, std::string(text))));
@@ -145,7 +187,12 @@ struct Server::Impl {
         }
         if (!ok) cancel.store(true);
         return ok;
-      });
+      };
+      if (job.images.empty()) {
+        res = engine.generate(job.prompt, er, on_text);
+      } else {
+        res = engine.generate(engine.media_prompt(job.rendered, job.images, true), er, on_text);
+      }
     } catch (const std::exception& ex) {
       error = ex.what();
     }

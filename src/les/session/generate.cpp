@@ -31,7 +31,9 @@ GenerateStats generate(Context& ctx, const Tokenizer& tok, const std::vector<int
   const int n_vocab = ctx.model().config().n_vocab;
   Sampler sampler(p.sampling);
   // The penalty window sees the whole text: what the context already holds, then the prompt.
-  for (int32_t t : ctx.tokens()) sampler.accept(t);
+  for (int32_t t : ctx.tokens()) {
+    if (t >= 0) sampler.accept(t);  // not the visual tokens of an image (Context::kEmbeddingRow)
+  }
   for (int32_t t : prompt) sampler.accept(t);
 
   double t0 = now_s();

@@ -27,7 +27,9 @@ GenerateStats generate_speculative(Context& ctx, const Tokenizer& tok, const std
 
   Sampler sampler(p.sampling);
   // The penalty window sees the whole text: what the context already holds, then the prompt.
-  for (int32_t t : ctx.tokens()) sampler.accept(t);
+  for (int32_t t : ctx.tokens()) {
+    if (t >= 0) sampler.accept(t);  // not the visual tokens of an image (Context::kEmbeddingRow)
+  }
   for (int32_t t : prompt) sampler.accept(t);
   // A drafter released by an earlier request (the controller outlived it) is not used again.
   if (!drafter.released()) drafter.attach(ctx);

@@ -165,6 +165,9 @@ void validate(const SynthSpec& s) {
     fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
   }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
+  if (s.image_tokens && s.n_vocab < 263) {
+    fail(strfmt("vocab = %d must be >= 263 with image tokens (256 byte tokens + 7 special tokens)", s.n_vocab));
+  }
   if (s.n_ctx < 1) fail(strfmt("ctx = %d must be >= 1", s.n_ctx));
   if (!(s.rope_freq_base > 1.0f)) fail("rope base must be > 1");
   if (!(s.rms_eps >= 0.0f && s.rms_eps < 1.0f)) fail("eps must be in [0, 1)");

@@ -45,6 +45,8 @@ struct SynthSpec {
   int n_ff_exp = 64;       // width of one routed expert (dense: of the FFN)
   int n_ff_shexp = 0;      // width of the shared expert (qwen2moe and qwen35moe only, required there)
   int n_vocab = 512;
+  bool image_tokens = false;  // MiniCPM-V's "<image>", "</image>", "<slice>", "</slice>" as control
+                              // tokens at ids n_vocab - 7 .. n_vocab - 4 (vocab.h)
   int n_ctx = 512;         // context_length written to the file
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-6f;

@@ -29,8 +29,11 @@ std::string byte_token(int b) {
 
 }  // namespace
 
-SynthVocab make_synth_vocab(int n_vocab) {
-  if (n_vocab < 259) throw Error(strfmt("synth: vocabulary of %d tokens is too small (need >= 259)", n_vocab));
+SynthVocab make_synth_vocab(int n_vocab, bool image_tokens) {
+  const int n_image = image_tokens ? 4 : 0;
+  if (n_vocab < 259 + n_image) {
+    throw Error(strfmt("synth: vocabulary of %d tokens is too small (need >= %d)", n_vocab, 259 + n_image));
+  }
   SynthVocab v;
   v.tokens.reserve(static_cast<size_t>(n_vocab));
   for (int b = 0; b < 256; ++b) {
@@ -38,7 +41,7 @@ SynthVocab make_synth_vocab(int n_vocab) {
     v.token_types.push_back(1);  // normal (as convert_hf_to_gguf writes byte-level BPE vocabularies)
   }
   const int n_special = 3;
-  const int budget = n_vocab - 256 - n_special;
+  const int budget = n_vocab - 256 - n_special - n_image;
   const std::string sp = byte_token(' ');  // "Ġ"
   auto add_merge = [&](const std::string& a, const std::string& b) {
     if (static_cast<int>(v.merges.size()) >= budget) return;
@@ -54,9 +57,13 @@ SynthVocab make_synth_vocab(int n_vocab) {
     for (char b = 'a'; b <= 'z'; ++b) add_merge(sp + std::string(1, a), std::string(1, b));
   }
   int filler = 0;
-  while (static_cast<int>(v.tokens.size()) < n_vocab - n_special) {
+  while (static_cast<int>(v.tokens.size()) < n_vocab - n_special - n_image) {
     v.tokens.push_back("<synth_" + std::to_string(filler++) + ">");
     v.token_types.push_back(1);
+  }
+  for (int i = 0; i < n_image; ++i) {
+    v.tokens.emplace_back(kImageTokens[i]);
+    v.token_types.push_back(3);  // control
   }
   for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
     v.tokens.emplace_back(s);
@@ -66,8 +73,8 @@ SynthVocab make_synth_vocab(int n_vocab) {
   return v;
 }
 
-void add_synth_tokenizer(gguf::Writer& w, int n_vocab) {
-  const SynthVocab v = make_synth_vocab(n_vocab);
+void add_synth_tokenizer(gguf::Writer& w, int n_vocab, bool image_tokens) {
+  const SynthVocab v = make_synth_vocab(n_vocab, image_tokens);
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string("tokenizer.ggml.pre", "qwen2");
   w.add_string_array("tokenizer.ggml.tokens", v.tokens);

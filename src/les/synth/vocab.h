@@ -5,6 +5,10 @@
 // last three ids are the control tokens <|endoftext|> (bos = eos = padding), <|im_start|>,
 // <|im_end|>. No BOS is added. The same n_vocab always gives the same vocabulary, so synthetic
 // models of one vocabulary size (a MoE and its draft) share token ids.
+// With image_tokens, MiniCPM-V's image markers "<image>", "</image>", "<slice>", "</slice>" are
+// control tokens just before those three (ids n_vocab - 7 .. n_vocab - 4, in that order; four
+// fewer merges or fillers), so that llama.cpp's mtmd and les's tokenizer (with special tokens
+// parsed) find each as one token. Without it the vocabulary is what it always was.
 #pragma once
 
 #include <string>
@@ -21,8 +25,11 @@ struct SynthVocab {
   int32_t eos_id = 0;
 };
 
-SynthVocab make_synth_vocab(int n_vocab);
+// The image marker tokens image_tokens adds, in id order.
+inline constexpr const char* kImageTokens[4] = {"<image>", "</image>", "<slice>", "</slice>"};
+
+SynthVocab make_synth_vocab(int n_vocab, bool image_tokens = false);
 // Adds the tokenizer.* keys to w.
-void add_synth_tokenizer(gguf::Writer& w, int n_vocab);
+void add_synth_tokenizer(gguf::Writer& w, int n_vocab, bool image_tokens = false);
 
 }  // namespace les::synth

@@ -86,7 +86,7 @@ class Builder {
       w_.add_u32(p + "ssm.time_step_rank", static_cast<uint32_t>(s_.ssm_n_v_heads));
       w_.add_u32(p + "ssm.inner_size", static_cast<uint32_t>(s_.ssm_n_v_heads * s_.ssm_d_state));
     }
-    add_synth_tokenizer(w_, s_.n_vocab);
+    add_synth_tokenizer(w_, s_.n_vocab, s_.image_tokens);
   }
 
   // qwen35moe layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
