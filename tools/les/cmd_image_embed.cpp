@@ -29,6 +29,8 @@ int cmd_image_embed(int argc, char** argv) {
           {{"--image-compression"}, true, "visual-token compression 4 or 16 (default: the file's)", "N"},
           {{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"--repeat"}, true, "encode R times and print the median milliseconds per image part (default 1)", "R"},
+          {{"--exact-attention"}, false, "attention in float throughout (default: as llama.cpp's CPU flash attention "
+                                         "computes it, half-precision K/V, so the rows match llama.cpp's mtmd)"},
           {{"--isa"}, true, "kernel instruction set (scalar, avx2, avx512, ...)", "ISA"}});
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
@@ -47,6 +49,7 @@ int cmd_image_embed(int argc, char** argv) {
 
   ThreadPool pool(threads);
   vision::VisionEncoder enc(*mm, pool);
+  enc.set_exact_attention(a.has("--exact-attention"));
   const vision::PreprocessedImage pre = vision::preprocess_minicpmv(img, mm->config().preprocess(merge));
   std::vector<const vision::ImageF32*> parts{&pre.overview};
   for (const auto& s : pre.slices) parts.push_back(&s);

@@ -7,6 +7,7 @@
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
+#include "les/vision/flash_attention.h"
 
 namespace les::vision {
 
@@ -116,7 +117,58 @@ void VisionEncoder::attention(const Matrix& q, const Vec& qb, const Matrix& k, c
   });
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 
-  if (window > 0) {
+  // llama.cpp's flash attention: K and V in half precision; Q too, with a half-precision
+  // accumulator, where its tiled kernel does not run (flash_attention.h).
+  const bool f16acc = !exact_attention_ && !llamacpp_fa_tiled(D, n);
+  if (!exact_attention_) {
+    k16_.resize(static_cast<size_t>(n * E));
+    v16_.resize(static_cast<size_t>(n * E));
+    if (f16acc) q16_.resize(static_cast<size_t>(n * E));
+    pool_.parallel_for(n, 64, [&](int, int64_t t0, int64_t t1) {
+      for (size_t i = static_cast<size_t>(t0 * E); i < static_cast<size_t>(t1 * E); ++i) {
+        k16_[i] = f32_to_fp16(k_[i]);
+        v16_[i] = f32_to_fp16(v_[i]);
+        k_[i] = fp16_to_f32(k16_[i]);
+        v_[i] = fp16_to_f32(v16_[i]);
+        if (f16acc) q16_[i] = f32_to_fp16(q_[i]);
+      }
+    });
+  }
+
+  if (f16acc) {
+    const KernelTable& kt = kernels();
+    if (window > 0) {
+      pool_.parallel_for(n / window * H, 16, [&](int, int64_t i0, int64_t i1) {
+        std::vector<float> dots(static_cast<size_t>(window));
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t g = i / H, h = i % H;
+          for (int64_t a = 0; a < window; ++a) {
+            const int64_t row = g * window + a;
+            gemm_rows(kt, Type::F16, D, &k16_[static_cast<size_t>(g * window * E + h * D)], static_cast<size_t>(E) * 2,
+                      window, &q16_[static_cast<size_t>(row * E + h * D)], static_cast<size_t>(E) * 2, 1, dots.data(),
+                      window);
+            fa_query_f16acc(dots.data(), window, &v16_[static_cast<size_t>(g * window * E + h * D)],
+                            static_cast<size_t>(E), D, scale, &att_[static_cast<size_t>(row * E + h * D)]);
+          }
+        }
+      });
+    } else {
+      const int64_t n_qb = (n + kQueryBlock - 1) / kQueryBlock;
+      scores_.resize(static_cast<size_t>(pool_.size() * kQueryBlock * n));
+      pool_.parallel_for(H * n_qb, 1, [&](int thread, int64_t i0, int64_t i1) {
+        float* s = &scores_[static_cast<size_t>(thread * kQueryBlock * n)];
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t h = i / n_qb, qb0 = (i % n_qb) * kQueryBlock, nq = std::min(kQueryBlock, n - qb0);
+          gemm_rows(kt, Type::F16, D, &k16_[static_cast<size_t>(h * D)], static_cast<size_t>(E) * 2, n,
+                    &q16_[static_cast<size_t>(qb0 * E + h * D)], static_cast<size_t>(E) * 2, nq, s, n);
+          for (int64_t a = 0; a < nq; ++a) {
+            fa_query_f16acc(s + a * n, n, &v16_[static_cast<size_t>(h * D)], static_cast<size_t>(E), D, scale,
+                            &att_[static_cast<size_t>((qb0 + a) * E + h * D)]);
+          }
+        }
+      });
+    }
+  } else if (window > 0) {
     // Attention inside each group of `window` consecutive rows.
     pool_.parallel_for(n / window * H, 16, [&](int, int64_t i0, int64_t i1) {
       std::vector<float> s(static_cast<size_t>(window));

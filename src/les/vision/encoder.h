@@ -33,6 +33,11 @@ class VisionEncoder {
   int n_tokens(int w, int h, int merge) const;
   int out_embd() const { return mm_.config().out_embd; }
 
+  // Attention as llama.cpp's CPU flash attention computes it (the default: the embeddings match
+  // llama.cpp's mtmd, vision/flash_attention.h), or exact (float throughout, as ggml's attention
+  // without flash attention).
+  void set_exact_attention(bool exact) { exact_attention_ = exact; }
+
  private:
   void layer_norm(const float* x, int64_t n, int64_t width, const Vec& w, const Vec& b, float* y);
   // y[n][n_out] = W x + b
@@ -48,6 +53,8 @@ class VisionEncoder {
 
   const Mmproj& mm_;
   ThreadPool& pool_;
+  bool exact_attention_ = false;
+  std::vector<uint16_t> q16_, k16_, v16_;
   QuantizedActs acts_;
   std::vector<float> xn_, q_, k_, v_, att_, tmp_, big_;
   std::vector<float> scores_, vt_;
