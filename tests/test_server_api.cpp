@@ -87,7 +87,7 @@ TEST(ServerApi, BadRequestsAre400NamingTheField) {
       {Endpoint::chat, R"({"messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
       {Endpoint::chat, R"({"messages":[{"content":"x"}]})", "messages[0].role"},
       {Endpoint::chat, R"({"messages":[{"role":"user","content":5}]})", "messages[0].content"},
-      {Endpoint::chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", "text only"},
+      {Endpoint::chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", "image_url.url"},
       {Endpoint::chat, R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", "'temperature' must be a number"},
       {Endpoint::chat, R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", "'temperature' must be in"},
       {Endpoint::chat, R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1.5})", "'max_tokens' must be an integer"},
