@@ -55,7 +55,10 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     mr.n_batch = cp.n_batch;
     mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
     // The vision encoder is resident beside the model, as a drafter is.
-    if (!opts_.mmproj_path.empty()) mr.drafter_bytes += file_bytes(opts_.mmproj_path) + kVisionWorkBytes;
+    if (!opts_.mmproj_path.empty()) {
+      mr.drafter_label = mr.drafter_bytes > 0 ? "drafter and vision encoder" : "vision encoder";
+      mr.drafter_bytes += file_bytes(opts_.mmproj_path) + kVisionWorkBytes;
+    }
     choice_ = choose_memory(fp, mr, opts_.memory_facts ? *opts_.memory_facts : MemoryFacts::of_this_machine());
     cp.n_ctx = choice_.n_ctx;
     if (choice_.mode == MemoryMode::stream) {

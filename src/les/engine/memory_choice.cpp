@@ -125,7 +125,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
                                    gib(ch.resident_need), gib(weights), gib(at_default.kv),
                                    req.n_ctx > 0 ? req.n_ctx : default_ctx,
                                    gib(at_default.work + at_default.overhead + at_default.recurrent),
-                                   req.drafter_bytes ? strfmt(" + drafter %.2f", gib(req.drafter_bytes)).c_str() : "");
+                                   req.drafter_bytes ? strfmt(" + %s %.2f", req.drafter_label.c_str(), gib(req.drafter_bytes)).c_str() : "");
   if (req.resident == ResidentMemory::map) return resident(MemoryMode::map, "--mmap");
   if (req.resident == ResidentMemory::read) return resident(MemoryMode::read, "--no-mmap");
 
@@ -151,11 +151,11 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     if (ch.available <= ch.margin || ch.available - ch.margin < min_budget) {
       throw Error(strfmt("%.2f GiB are available to this process%s, less a margin of %.2f GiB for the rest of the "
                          "system: too little to stream this model, which needs at least %.2f GiB (dense weights %.2f, "
-                         "work buffers, KV cache and overhead %.2f, drafter %.2f, %d expert slots of each size %.2f)",
+                         "work buffers, KV cache and overhead %.2f, %s %.2f, %d expert slots of each size %.2f)",
                          gib(ch.available), facts.limited_by_cgroup() ? " (memory cgroup limit)" : "", gib(ch.margin),
                          gib(min_budget), gib(fp.dense_bytes),
                          gib(min_budget - fp.dense_bytes - req.drafter_bytes - fp.min_cache_bytes()),
-                         gib(req.drafter_bytes), c.n_expert_used, gib(fp.min_cache_bytes())));
+                         req.drafter_label.c_str(), gib(req.drafter_bytes), c.n_expert_used, gib(fp.min_cache_bytes())));
     }
     ch.budget = ch.available - ch.margin;
     ch.budget_automatic = true;
@@ -184,11 +184,11 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
         if (room_for_kv(n) >= static_cast<int64_t>(kv_at(n).kv)) fit = n;
       }
       throw Error(strfmt("-c %d needs a KV cache of %.1f MiB, and the budget of %.1f MiB leaves %.1f MiB for it after "
-                         "the dense weights (%.1f), the work buffers and overhead (%.1f), the drafter (%.1f) and the "
+                         "the dense weights (%.1f), the work buffers and overhead (%.1f), the %s (%.1f) and the "
                          "smallest expert cache (%.1f)%s",
                          ch.n_ctx, mib(s.kv), mib(ch.budget), std::max(0.0, static_cast<double>(room_for_kv(ch.n_ctx)) / kMiB),
-                         mib(fp.dense_bytes), mib(s.work + s.overhead + s.recurrent), mib(req.drafter_bytes),
-                         mib(fp.min_cache_bytes()),
+                         mib(fp.dense_bytes), mib(s.work + s.overhead + s.recurrent), req.drafter_label.c_str(),
+                         mib(req.drafter_bytes), mib(fp.min_cache_bytes()),
                          fit > 0 ? strfmt(": -c %d fits", fit).c_str() : ""));
     }
   } else {
@@ -201,10 +201,10 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     if (room_for_kv(n) < static_cast<int64_t>(kv_at(n).kv)) {
       const StateBytes s = kv_at(n);
       throw Error(strfmt("--mem %.1f MiB is too small: this model needs at least %.1f MiB (dense weights %.1f, KV cache "
-                         "%.1f at context %d, work buffers and overhead %.1f, drafter %.1f, and %d expert slots of each "
+                         "%.1f at context %d, work buffers and overhead %.1f, %s %.1f, and %d expert slots of each "
                          "size, %.1f)",
                          mib(ch.budget), mib(beside_kv + s.total()), mib(fp.dense_bytes), mib(s.kv), n,
-                         mib(s.work + s.overhead + s.recurrent), mib(req.drafter_bytes), c.n_expert_used,
+                         mib(s.work + s.overhead + s.recurrent), req.drafter_label.c_str(), mib(req.drafter_bytes), c.n_expert_used,
                          mib(fp.min_cache_bytes())));
     }
     ch.n_ctx = n;

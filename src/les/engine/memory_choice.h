@@ -50,6 +50,8 @@ struct MemoryRequest {
   int n_ctx = 0;           // -c (0: chosen)
   int n_batch = 256;
   uint64_t drafter_bytes = 0;  // a speculative drafter's resident bytes (it shares the budget)
+  // What drafter_bytes holds, as messages name it ("drafter", "vision encoder", ...).
+  std::string drafter_label = "drafter";
 };
 
 enum class MemoryMode { read, map, stream };
