@@ -4,16 +4,16 @@
 # inputs go to build-asan/fuzz-out/<target>/corpus, the committed corpus is not modified).
 # Fails on a crash, a sanitizer report, a leak, a hang (one input running over 10 s) or an input
 # using over 2 GiB. Prints each target's executions per second and the coverage reached.
-#   FUZZ_SECONDS   seconds per target (default 60); FUZZ_JOBS targets run at once (default 6: all,
+#   FUZZ_SECONDS   seconds per target (default 60); FUZZ_JOBS targets run at once (default 7: all,
 #                  so that the run takes about FUZZ_SECONDS)
-#   scripts/fuzz.sh [TARGET...]     (default: gguf pack tokenizer imatrix jinja request)
+#   scripts/fuzz.sh [TARGET...]     (default: gguf pack tokenizer imatrix jinja request image)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${LES_ASAN_BUILD:-build-asan}
 SECS=${FUZZ_SECONDS:-60}
-JOBS=${FUZZ_JOBS:-6}
+JOBS=${FUZZ_JOBS:-7}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf pack tokenizer imatrix jinja request)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf pack tokenizer imatrix jinja request image)
 OUT=$BUILD/fuzz-out
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

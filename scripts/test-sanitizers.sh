@@ -62,7 +62,7 @@ run_tests() {  # dir exclude-regex
 
 if [ "$WHAT" = asan ] || [ "$WHAT" = all ]; then
   phase "ASan+UBSan build (build-asan: les_tests and the fuzz targets)"
-  TARGETS="les_tests fuzz_gguf fuzz_pack fuzz_tokenizer fuzz_imatrix fuzz_jinja fuzz_request" build build-asan "address;undefined" -DLES_FUZZ=ON
+  TARGETS="les_tests fuzz_gguf fuzz_pack fuzz_tokenizer fuzz_imatrix fuzz_jinja fuzz_request fuzz_image" build build-asan "address;undefined" -DLES_FUZZ=ON
   phase "ASan+UBSan tests"
   run_tests build-asan "$ASAN_EXCLUDE"
 fi

@@ -59,7 +59,7 @@ if [ -z "${LES_SKIP_SANITIZERS:-}" ]; then
   suite asan bash scripts/test-sanitizers.sh asan
   mark "ASan+UBSan build + tests"
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
-  mark "fuzzing (6 targets)"
+  mark "fuzzing (7 targets)"
   suite tsan bash scripts/test-sanitizers.sh tsan
   mark "TSan build + tests"
 fi
