@@ -21,9 +21,10 @@ namespace les {
 
 namespace {
 
-// What the vision encoder takes besides its mapped file: activations of one slice (about 1000
-// patches of the SigLIP-400M shape).
-constexpr uint64_t kVisionWorkBytes = 96ull << 20;
+// What the vision encoder takes besides its mapped file: the activations of one slice (about 1000
+// patches of the SigLIP-400M shape at 4x: 90 MiB) and an image's rows, which the prompt, the image
+// cache and the context each hold (1344x1008 at 4x: 1782 rows, 14 MiB each).
+constexpr uint64_t kVisionWorkBytes = 192ull << 20;
 
 uint64_t file_bytes(const std::string& path) {
   struct stat st {};
