@@ -127,7 +127,7 @@ class Engine {
   // Evaluates the prompt (throws les::Error when it does not fit the context) and generates.
   EngineResult generate(std::span<const int32_t> prompt, const EngineRequest& req, const TextCallback& on_text);
   // The same with images: the text before the last visual token is evaluated (images streamed
-  // through the text model batch by batch, never mixing rows and tokens in a batch), the rest is
+  // through the text model batch by batch, rows and text tokens alike), the rest is
   // generate()'s prompt. The KV cache is reused up to the first visual token at most. Throws
   // les::Error with a drafter (speculative decoding takes text prompts only).
   EngineResult generate(const MediaPrompt& prompt, const EngineRequest& req, const TextCallback& on_text);

@@ -126,20 +126,34 @@ void Context::rollback(int n) {
 void Context::replay(int from, int to) {
   if (from >= to) return;
   rec_->begin_eval(from);
-  for (int b = from; b < to;) {
-    int e = b + 1;
-    while (e < to && (embd_row_[sz(e)] >= 0) == (embd_row_[sz(b)] >= 0)) ++e;
-    eval_run(b, e, false, false, -1);
-    b = e;
-  }
+  eval_batches(from, to, false, false, -1);
   experts_->on_token_done();
 }
 
-void Context::eval_run(int b, int e, bool all_logits, bool logits_last, int out_base) {
-  const bool rows = embd_row_[sz(b)] >= 0;
+void Context::eval_batches(int b, int e, bool all_logits, bool logits_last, int out_base) {
+  const int64_t E = cfg_.n_embd;
   for (int p = b; p < e; p += n_batch_) {
     const int n = std::min(n_batch_, e - p);
-    const float* h_in = rows ? embd_rows_.data() + sz(embd_row_[sz(p)]) * sz(cfg_.n_embd) : nullptr;
+    // A batch with embedding rows takes its inputs from here: rows as given, tokens embedded.
+    const float* h_in = nullptr;
+    bool rows = false;
+    for (int i = p; i < p + n && !rows; ++i) rows = embd_row_[sz(i)] >= 0;
+    if (rows) {
+      const ModelWeights& w = model_.weights();
+      const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(w.tok_embd.type)];
+      LES_ASSERT(deq != nullptr);
+      ensure(mixed_in_, sz(n) * sz(E));
+      for (int i = 0; i < n; ++i) {
+        float* dst = mixed_in_.data() + sz(i) * sz(E);
+        const int32_t r = embd_row_[sz(p + i)];
+        if (r >= 0) {
+          std::memcpy(dst, embd_rows_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
+        } else {
+          deq(w.tok_embd.row(tokens_[sz(p + i)]), dst, E);
+        }
+      }
+      h_in = mixed_in_.data();
+    }
     int base = -1;
     if (all_logits) base = out_base + (p - b);
     else if (logits_last && p + n == e) base = 0;
@@ -177,13 +191,7 @@ void Context::eval_mixed(std::span<const int32_t> tokens, const float* embd, int
   n_outputs_ = all_logits ? n_total : 1;
   ensure(logits_, sz(n_outputs_) * sz(cfg_.n_vocab));
   ensure(hidden_, sz(n_outputs_) * sz(cfg_.n_embd));
-  const int start = n_past_;
-  for (int b = start; b < start + n_total;) {
-    int e = b + 1;
-    while (e < start + n_total && (embd_row_[sz(e)] >= 0) == (embd_row_[sz(b)] >= 0)) ++e;
-    eval_run(b, e, all_logits, e == start + n_total, b - start);
-    b = e;
-  }
+  eval_batches(n_past_, n_past_ + n_total, all_logits, true, 0);
   experts_->on_token_done();
 }
 

@@ -72,7 +72,8 @@ class Context {
   static constexpr int32_t kEmbeddingRow = -1;
   // Evaluates tokens at positions n_past().. where every kEmbeddingRow takes the next row of
   // embd ([rows][n_embd], in order) as its input instead of a token embedding; the rows are kept
-  // for a rollback's replay. Batches never mix rows and tokens (each run is cut at n_batch).
+  // for a rollback's replay. A batch of n_batch positions takes rows and tokens alike (a forward
+  // pass reads each streamed expert once, whatever the mix).
   // Throws les::Error for a row count that does not match, a token id out of range or a full
   // context.
   void eval_mixed(std::span<const int32_t> tokens, const float* embd, int64_t n_rows, bool all_logits);
@@ -142,8 +143,8 @@ class Context {
   // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
-  // Evaluates positions [b, e) of tokens_ (one run: all tokens or all embedding rows) in batches.
-  void eval_run(int b, int e, bool all_logits, bool logits_last, int out_base);
+  // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.
+  void eval_batches(int b, int e, bool all_logits, bool logits_last, int out_base);
   void ffn(const LayerWeights& L, int il, int n);
   // Reports product p of block `block` to the matmul observer (which must be set).
   void observe(int block, Product p, int expert, const float* x, int64_t n_rows, int64_t n_in) const {
@@ -169,6 +170,7 @@ class Context {
   std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)
   std::vector<int32_t> embd_row_;   // [n_ctx]: row of embd_rows_ at an embedding position, else -1
   std::vector<float> embd_rows_;    // input embedding rows evaluated so far [rows][n_embd]
+  std::vector<float> mixed_in_;     // a batch's inputs when it holds embedding rows
   std::unique_ptr<RecurrentState> rec_;       // null without recurrent layers
   std::unique_ptr<DeltaNetMixer> delta_net_;
   std::unique_ptr<GatedAttentionMixer> gated_attn_;
