@@ -25,6 +25,8 @@ namespace {
 // patches of the SigLIP-400M shape at 4x: 90 MiB) and an image's rows, which the prompt, the image
 // cache and the context each hold (1344x1008 at 4x: 1782 rows, 14 MiB each).
 constexpr uint64_t kVisionWorkBytes = 192ull << 20;
+// The automatic context with a vision encoder: at least this (or the model's own, if smaller).
+constexpr int kVisionMinCtx = 4096;
 
 uint64_t file_bytes(const std::string& path) {
   struct stat st {};
@@ -59,6 +61,8 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     if (!opts_.mmproj_path.empty()) {
       mr.drafter_label = mr.drafter_bytes > 0 ? "drafter and vision encoder" : "vision encoder";
       mr.drafter_bytes += file_bytes(opts_.mmproj_path) + kVisionWorkBytes;
+      // One 4x image of 9 slices takes about 2600 positions.
+      mr.min_ctx = kVisionMinCtx;
     }
     choice_ = choose_memory(fp, mr, opts_.memory_facts ? *opts_.memory_facts : MemoryFacts::of_this_machine());
     cp.n_ctx = choice_.n_ctx;
@@ -110,6 +114,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*model_, so.io_mode);
     const uint64_t drafter_bytes = (drafter_ ? drafter_->resident_bytes() : 0) + vision_bytes;
     plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes);
+    if (mmproj_) plan_.drafter_label = drafter_ ? "drafter and vision encoder" : "vision encoder";
     so.cache_bytes = plan_.cache;
     so.withheld_bytes = 0;
     if (drafter_ && drafter_bytes > vision_bytes && opts_.depth.adaptive) {
@@ -264,6 +269,21 @@ MediaPrompt Engine::media_prompt(std::string_view text, std::span<const vision::
   segments.push_back(text.substr(start));
   if (segments.size() - 1 != images.size()) {
     throw Error(strfmt("the prompt has %zu image markers but %zu images were given", segments.size() - 1, images.size()));
+  }
+  // The prompt must fit the context: checked before any image is encoded (seconds each).
+  {
+    int64_t positions = 0;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      positions += static_cast<int64_t>(tok_->encode(segments[i], i == 0, chat).size());
+    }
+    for (const vision::ImageU8& img : images) {
+      positions += vision::image_positions(*mmproj_, img.width, img.height, opts_.image_compression);
+    }
+    if (positions > ctx_->n_ctx()) {
+      throw Error(strfmt("the prompt takes %lld positions (text and image tokens) but the context holds %d (raise -c / "
+                         "--ctx-size, or use --image-compression 16)",
+                         static_cast<long long>(positions), ctx_->n_ctx()));
+    }
   }
   MediaPrompt mp;
   const double t0 = now_s();

@@ -193,7 +193,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     }
   } else {
     ch.n_ctx_chosen = true;
-    const int floor_ctx = std::min(default_ctx, kMinAutoCtx);
+    const int floor_ctx = std::max(std::min(default_ctx, kMinAutoCtx), std::min(default_ctx, req.min_ctx));
     int n = default_ctx;
     // Halve while the KV cache takes more than a quarter of what is left for it and the experts.
     while (n > floor_ctx && static_cast<double>(kv_at(n).kv) > 0.25 * static_cast<double>(std::max<int64_t>(0, room_for_kv(n)))) n /= 2;

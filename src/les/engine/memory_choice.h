@@ -52,6 +52,9 @@ struct MemoryRequest {
   uint64_t drafter_bytes = 0;  // a speculative drafter's resident bytes (it shares the budget)
   // What drafter_bytes holds, as messages name it ("drafter", "vision encoder", ...).
   std::string drafter_label = "drafter";
+  // The automatic context (no -c) is at least this many positions (capped at the model's): room
+  // for an image's visual tokens when a vision encoder comes along.
+  int min_ctx = 0;
 };
 
 enum class MemoryMode { read, map, stream };

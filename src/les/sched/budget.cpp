@@ -16,7 +16,7 @@ double mib(uint64_t b) { return static_cast<double>(b) / 1048576.0; }
 
 std::string BudgetPlan::describe() const {
   const std::string rec = recurrent ? strfmt(" + recurrent state %.1f", mib(recurrent)) : std::string();
-  const std::string dr = drafter ? strfmt(" + drafter %.1f", mib(drafter)) : std::string();
+  const std::string dr = drafter ? strfmt(" + %s %.1f", drafter_label.c_str(), mib(drafter)) : std::string();
   const bool one_size = cache == n_slots * slot_bytes;
   return strfmt("budget %.1f MiB = dense %.1f + KV %.1f%s + work %.1f + overhead %.1f%s + expert cache %.1f "
                 "(%llu slots of %s%.2f MiB)",

@@ -17,6 +17,7 @@ struct BudgetPlan {
   uint64_t work = 0;       // activation buffers (estimate for the batch size)
   uint64_t overhead = 0;   // code, tokenizer, allocator slack
   uint64_t drafter = 0;    // a speculative drafter's resident weights and caches
+  std::string drafter_label = "drafter";  // what `drafter` holds, as describe() names it
   uint64_t cache = 0;      // what is left for expert slots
   uint64_t slot_bytes = 0;
   uint64_t n_slots = 0;
