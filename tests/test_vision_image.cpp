@@ -214,6 +214,17 @@ TEST(VisionImageDecode, MissingFileIsAnError) {
   EXPECT_NE(dir.find("not a regular file"), std::string::npos) << dir;
 }
 
+// Inputs fuzz_image found that make Debian's stb 2.27 write past a Huffman table (more than 256
+// codes) or read one no DHT segment defined: refused before stb reads them (image_decode.cpp).
+TEST(VisionImageDecode, CraftedJpegHuffmanTablesAreRefused) {
+  const std::string codes = error_of([] { decode_image_file(vision_dir() + "/crafted_dht_codes.jpg"); });
+  EXPECT_NE(codes.find("crafted_dht_codes.jpg"), std::string::npos) << codes;
+  EXPECT_NE(codes.find("more than 256"), std::string::npos) << codes;
+  const std::string table = error_of([] { decode_image_file(vision_dir() + "/crafted_undefined_table.jpg"); });
+  EXPECT_NE(table.find("crafted_undefined_table.jpg"), std::string::npos) << table;
+  EXPECT_NE(table.find("corrupt JPEG"), std::string::npos) << table;
+}
+
 TEST(VisionImageDecode, EmptyFileIsAnError) {
   const std::string p = tmp_path("empty.png");
   write_file(p, {});
