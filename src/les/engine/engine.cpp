@@ -28,6 +28,7 @@ constexpr uint64_t kVisionWorkBytes = 192ull << 20;
 // The automatic context with a vision encoder: at least this (or the model's own, if smaller).
 constexpr int kVisionMinCtx = 4096;
 
+// A file's size; 0 when there is no such file (the loader then says what is wrong).
 uint64_t file_bytes(const std::string& path) {
   struct stat st {};
   return !path.empty() && ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -35,9 +36,7 @@ uint64_t file_bytes(const std::string& path) {
 
 // What a file drafter keeps resident, before it is built: its file's size.
 uint64_t drafter_file_bytes(const DrafterOptions& d) {
-  if (d.kind != "draft" && d.kind != "dspark") return 0;
-  struct stat st {};
-  return !d.draft_path.empty() && ::stat(d.draft_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  return d.kind == "draft" || d.kind == "dspark" ? file_bytes(d.draft_path) : 0;
 }
 
 }  // namespace
