@@ -269,34 +269,31 @@ MediaPrompt Engine::media_prompt(std::string_view text, std::span<const vision::
   if (segments.size() - 1 != images.size()) {
     throw Error(strfmt("the prompt has %zu image markers but %zu images were given", segments.size() - 1, images.size()));
   }
+  // Text first, once: the BOS rule applies to the prompt's start only (mtmd: add_special on the
+  // first text part).
+  std::vector<std::vector<int32_t>> text_ids(segments.size());
+  int64_t positions = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (i == 0) {
+      text_ids[i] = chat ? tokenize_chat(std::string(segments[i])) : tok_->encode(segments[i], true, false);
+    } else if (!segments[i].empty()) {
+      text_ids[i] = tok_->encode(segments[i], false, chat);
+    }
+    positions += static_cast<int64_t>(text_ids[i].size());
+  }
   // The prompt must fit the context: checked before any image is encoded (seconds each).
-  {
-    int64_t positions = 0;
-    for (size_t i = 0; i < segments.size(); ++i) {
-      positions += static_cast<int64_t>(tok_->encode(segments[i], i == 0, chat).size());
-    }
-    for (const vision::ImageU8& img : images) {
-      positions += vision::image_positions(*mmproj_, img.width, img.height, opts_.image_compression);
-    }
-    if (positions > ctx_->n_ctx()) {
-      throw Error(strfmt("the prompt takes %lld positions (text and image tokens) but the context holds %d (raise -c / "
-                         "--ctx-size, or use --image-compression 16)",
-                         static_cast<long long>(positions), ctx_->n_ctx()));
-    }
+  for (const vision::ImageU8& img : images) {
+    positions += vision::image_positions(*mmproj_, img.width, img.height, opts_.image_compression);
+  }
+  if (positions > ctx_->n_ctx()) {
+    throw Error(strfmt("the prompt takes %lld positions (text and image tokens) but the context holds %d (raise -c / "
+                       "--ctx-size, or use --image-compression 16)",
+                       static_cast<long long>(positions), ctx_->n_ctx()));
   }
   MediaPrompt mp;
   const double t0 = now_s();
   for (size_t i = 0; i < segments.size(); ++i) {
-    // The BOS rule applies to the prompt's start only (mtmd: add_special on the first text part).
-    if (!segments[i].empty() || i == 0) {
-      std::vector<int32_t> ids;
-      if (i == 0) {
-        ids = chat ? tokenize_chat(std::string(segments[i])) : tok_->encode(segments[i], true, false);
-      } else {
-        ids = tok_->encode(segments[i], false, chat);
-      }
-      mp.tokens.insert(mp.tokens.end(), ids.begin(), ids.end());
-    }
+    mp.tokens.insert(mp.tokens.end(), text_ids[i].begin(), text_ids[i].end());
     if (i < images.size()) {
       const vision::ImageChunk& c = encoded_image(images[i]);
       mp.tokens.insert(mp.tokens.end(), c.tokens.begin(), c.tokens.end());
