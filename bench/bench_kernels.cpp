@@ -49,7 +49,9 @@ namespace {
 
 constexpr Type kTypes[] = {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::Q2_K,   Type::Q8_0,
                            Type::Q4_0, Type::Q5_0, Type::Q4_1, Type::Q5_1, Type::IQ4_NL, Type::IQ4_XS,
-                           Type::F16,  Type::BF16, Type::F32};
+                           Type::F16,  Type::BF16, Type::F32,
+                           Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::IQ1_S,
+                           Type::IQ1_M, Type::TQ1_0, Type::TQ2_0, Type::MXFP4, Type::NVFP4};
 
 // Offsets of the fp16 fields of a block (replaced by sane values so no NaN/inf/denormal
 // arithmetic skews the timing).
@@ -67,6 +69,14 @@ std::vector<size_t> half_fields(Type t) {
     case Type::Q6_K: return {offsetof(block_q6_K, d)};
     case Type::IQ4_NL: return {offsetof(block_iq4_nl, d)};
     case Type::IQ4_XS: return {offsetof(block_iq4_xs, d)};
+    case Type::IQ2_XXS: return {offsetof(block_iq2_xxs, d)};
+    case Type::IQ2_XS: return {offsetof(block_iq2_xs, d)};
+    case Type::IQ2_S: return {offsetof(block_iq2_s, d)};
+    case Type::IQ3_XXS: return {offsetof(block_iq3_xxs, d)};
+    case Type::IQ3_S: return {offsetof(block_iq3_s, d)};
+    case Type::IQ1_S: return {offsetof(block_iq1_s, d)};
+    case Type::TQ1_0: return {offsetof(block_tq1_0, d)};
+    case Type::TQ2_0: return {offsetof(block_tq2_0, d)};
     default: return {};
   }
 }
@@ -92,6 +102,16 @@ void fill_weights(std::mt19937_64& rng, Type t, uint8_t* w, size_t bytes, int64_
     for (size_t f : fields) {
       const uint16_t hv = f32_to_fp16(0.01f * (1.0f + u(rng)));
       std::memcpy(w + off + f, &hv, 2);
+    }
+    uint8_t* b = w + off;
+    if (t == Type::IQ1_M) {  // the fp16 super-scale is the top nibbles of the four scale uint16
+      const uint16_t hv = f32_to_fp16(0.01f * (1.0f + u(rng)));
+      auto* sc = b + offsetof(block_iq1_m, scales);
+      for (int k = 0; k < 4; ++k) sc[2 * k + 1] = static_cast<uint8_t>((sc[2 * k + 1] & 0x0f) | (((hv >> (4 * k)) & 0xf) << 4));
+    } else if (t == Type::MXFP4) {  // E8M0 scale near 2^-7
+      b[offsetof(block_mxfp4, e)] = static_cast<uint8_t>(118 + rng() % 4);
+    } else if (t == Type::NVFP4) {  // UE4M3 scales near 2^-4
+      for (int k = 0; k < 4; ++k) b[offsetof(block_nvfp4, d) + k] = static_cast<uint8_t>(0x18 + rng() % 8);
     }
   }
 }

@@ -229,6 +229,10 @@ TEST(GgufTypes, TableMatchesBlockLayouts) {
       {10, "q2_K", 256, 84}, {11, "q3_K", 256, 110}, {12, "q4_K", 256, 144},
       {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210}, {15, "q8_K", 256, 292},
       {20, "iq4_nl", 32, 18}, {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1}, {25, "i16", 1, 2}, {26, "i32", 1, 4}, {30, "bf16", 1, 2},
+      // The low-bit types (sizes from llama.cpp's gguf-py GGML_QUANT_SIZES).
+      {16, "iq2_xxs", 256, 66}, {17, "iq2_xs", 256, 74}, {18, "iq3_xxs", 256, 98}, {19, "iq1_s", 256, 50},
+      {21, "iq3_s", 256, 110}, {22, "iq2_s", 256, 82}, {29, "iq1_m", 256, 56}, {34, "tq1_0", 256, 54},
+      {35, "tq2_0", 256, 66}, {39, "mxfp4", 32, 17}, {40, "nvfp4", 64, 36},
   };
   for (const Want& w : want) {
     auto ti = les::type_info(w.id);
@@ -242,7 +246,7 @@ TEST(GgufTypes, TableMatchesBlockLayouts) {
     ASSERT_TRUE(parsed.has_value()) << w.name;
     EXPECT_EQ(static_cast<uint32_t>(*parsed), w.id);
   }
-  for (uint32_t id : {4u, 5u, 16u, 21u, 22u, 27u, 29u, 31u, 99u, 0xffffffffu}) {
+  for (uint32_t id : {4u, 5u, 27u, 28u, 31u, 32u, 33u, 36u, 37u, 38u, 41u, 42u, 47u, 48u, 99u, 0xffffffffu}) {
     EXPECT_FALSE(les::type_info(id).has_value()) << id;
   }
   EXPECT_EQ(les::parse_type("Q4_K"), Type::Q4_K);

@@ -167,7 +167,7 @@ TEST(QuantFast, TablesHaveEveryWeightType) {
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
     const KernelTable* kt = kernel_table(isa);
     if (!kt) continue;
-    for (uint32_t id = 0; id < 32; ++id) {
+    for (uint32_t id = 0; id < kTypeSlots; ++id) {
       const auto ti = type_info(id);
       if (ti && ti->weight_type) {
         EXPECT_NE(kt->quantize_fast[id], nullptr) << isa_name(isa) << " " << ti->name;

@@ -55,6 +55,58 @@ struct block_iq4_xs { half_bits d; uint16_t scales_h; uint8_t scales_l[QK_K / 64
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
+// ---- i-quants: 256-element super-blocks whose groups of 8 (IQ2/IQ1) or 4 (IQ3) elements are
+// points of a codebook (iq_grids.h), with separate signs. Layouts as in llama.cpp's ggml-common.h.
+// IQ2_XXS (2.06 bpw): 8 sub-blocks of 32; sub-block ib uses qs[4ib .. 4ib+3] read as two uint32:
+// aux0 holds four 8-bit kIq2xxsGrid indices, aux1 four 7-bit sign codes (bits 7l..7l+6) and a 4-bit
+// scale ls = aux1 >> 28: x = d * (0.5 + ls) * 0.25 * grid * sign.
+struct block_iq2_xxs { half_bits d; uint16_t qs[QK_K / 8]; };
+// IQ2_XS (2.31 bpw): qs[4ib + l] = 9-bit kIq2xsGrid index | 7-bit sign code << 9; scales[ib] holds
+// two 4-bit scales (low nibble for the first 16 elements): x = d * (0.5 + ls) * 0.25 * grid * sign.
+struct block_iq2_xs { half_bits d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; };
+// IQ2_S (2.56 bpw): 10-bit kIq2sGrid indices, low 8 bits in qs[4ib + l], high 2 bits at 2l of
+// qh[ib]; sign bytes (8 explicit signs) in qs[QK_K/8 + 4ib + l]; scales as IQ2_XS.
+struct block_iq2_s { half_bits d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; };
+// IQ3_XXS (3.06 bpw): qs[0 .. 63] 8-bit kIq3xxsGrid indices (4 elements each); then per sub-block
+// ib a uint32 of four 7-bit sign codes and a 4-bit scale (bits 28..31):
+// x = d * (0.5 + ls) * 0.5 * grid * sign.
+struct block_iq3_xxs { half_bits d; uint8_t qs[3 * QK_K / 8]; };
+// IQ3_S (3.44 bpw): 9-bit kIq3sGrid indices (low 8 bits in qs, 9th bit in qh), 8 explicit sign
+// bits per byte of signs, 4-bit scales for sub-blocks of 32: x = d * (1 + 2 ls) * grid * sign.
+struct block_iq3_s {
+  half_bits d;
+  uint8_t qs[QK_K / 4];
+  uint8_t qh[QK_K / 32];
+  uint8_t signs[QK_K / 8];
+  uint8_t scales[QK_K / 64];
+};
+// IQ1_S (1.56 bpw): 11-bit kIq1sGrid indices (low 8 bits in qs, high 3 bits at 3l of qh[ib]); per
+// sub-block of 32, qh[ib] bits 12..14 a 3-bit scale and bit 15 the sign of the delta:
+// x = d * (2 ls + 1) * (grid +- kIq1sDelta).
+struct block_iq1_s { half_bits d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; };
+// IQ1_M (1.75 bpw): no stored d: the fp16 super-scale is spread over the top nibbles of the four
+// uint16 of scales. Per group of 8, 3 high index bits + a delta sign bit in qh; 3-bit scales for
+// groups of 16.
+struct block_iq1_m { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; };
+
+// ---- ternary types: x = d * t, t in {-1, 0, 1} stored as t + 1.
+// TQ1_0 (1.69 bpw): 5 trits per byte of qs (base 3, scaled to a byte: q = ceil(v * 256 / 243)),
+// 4 per byte of qh.
+struct block_tq1_0 { uint8_t qs[(QK_K - 4 * QK_K / 64) / 5]; uint8_t qh[QK_K / 64]; half_bits d; };
+// TQ2_0 (2.06 bpw): 2 bits per element.
+struct block_tq2_0 { uint8_t qs[QK_K / 4]; half_bits d; };
+
+// ---- 4-bit floats (E2M1 codes, kFp4Values).
+constexpr int QK_MXFP4 = 32;
+constexpr int QK_NVFP4 = 64;
+constexpr int QK_NVFP4_SUB = 16;
+// MXFP4: an E8M0 scale e (2^(e - 127)) for 32 codes, packed as Q4_0 (element j low nibble of qs[j],
+// j + 16 high).
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
+// NVFP4: four UE4M3 scales, one per 16 elements, and 64 codes packed per 16-element sub-block
+// as Q4_0 packs 32.
+struct block_nvfp4 { uint8_t d[QK_NVFP4 / QK_NVFP4_SUB]; uint8_t qs[QK_NVFP4 / 2]; };
+
 // Activation type of the K-quants: x = d * q, float scale, bsums[i] = sum of qs[16i .. 16i+15].
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 
@@ -76,6 +128,17 @@ typedef block_q6_K block_q6_K_u __attribute__((aligned(1)));
 typedef block_q8_K block_q8_K_u __attribute__((aligned(1)));
 typedef block_iq4_nl block_iq4_nl_u __attribute__((aligned(1)));
 typedef block_iq4_xs block_iq4_xs_u __attribute__((aligned(1)));
+typedef block_iq2_xxs block_iq2_xxs_u __attribute__((aligned(1)));
+typedef block_iq2_xs block_iq2_xs_u __attribute__((aligned(1)));
+typedef block_iq2_s block_iq2_s_u __attribute__((aligned(1)));
+typedef block_iq3_xxs block_iq3_xxs_u __attribute__((aligned(1)));
+typedef block_iq3_s block_iq3_s_u __attribute__((aligned(1)));
+typedef block_iq1_s block_iq1_s_u __attribute__((aligned(1)));
+typedef block_iq1_m block_iq1_m_u __attribute__((aligned(1)));
+typedef block_tq1_0 block_tq1_0_u __attribute__((aligned(1)));
+typedef block_tq2_0 block_tq2_0_u __attribute__((aligned(1)));
+typedef block_mxfp4 block_mxfp4_u __attribute__((aligned(1)));
+typedef block_nvfp4 block_nvfp4_u __attribute__((aligned(1)));
 typedef uint16_t half_bits_u __attribute__((aligned(1)));
 typedef float float_u __attribute__((aligned(1)));
 
@@ -93,5 +156,17 @@ static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
 static_assert(sizeof(block_iq4_nl) == 18);
 static_assert(sizeof(block_iq4_xs) == 136);
+
+static_assert(sizeof(block_iq2_xxs) == 66);
+static_assert(sizeof(block_iq2_xs) == 74);
+static_assert(sizeof(block_iq2_s) == 82);
+static_assert(sizeof(block_iq3_xxs) == 98);
+static_assert(sizeof(block_iq3_s) == 110);
+static_assert(sizeof(block_iq1_s) == 50);
+static_assert(sizeof(block_iq1_m) == 56);
+static_assert(sizeof(block_tq1_0) == 54);
+static_assert(sizeof(block_tq2_0) == 66);
+static_assert(sizeof(block_mxfp4) == 17);
+static_assert(sizeof(block_nvfp4) == 36);
 
 }  // namespace les

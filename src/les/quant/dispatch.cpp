@@ -117,7 +117,7 @@ struct Tables {
 // Drops the gemm entries that `t` inherited from `below` for types whose vec_dot `t` overrides
 // without its own gemm: an inherited gemm would not match the new vec_dot bit for bit.
 void drop_stale_gemms(KernelTable& t, const KernelTable& below) {
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kTypeSlots; ++i) {
     if (t.vec_dot[i] != below.vec_dot[i] && t.gemm[i] == below.gemm[i]) t.gemm[i] = nullptr;
   }
 }
@@ -142,15 +142,27 @@ Tables build_tables() {
 #endif
 #if LES_DISPATCH_X86
   derive(Isa::avx2, Isa::scalar,
-         {fill_kernel_table_avx2, fill_kernel_table_avx2_tiles, fill_dequantizers_avx2, fill_fast_quantizers_avx2});
-  derive(Isa::avx_vnni, Isa::avx2, {fill_kernel_table_avx_vnni});
-  derive(Isa::avx512, Isa::avx2, {fill_kernel_table_avx512, fill_fast_quantizers_avx512});
+         {fill_kernel_table_avx2, fill_kernel_table_avx2_tiles, fill_dequantizers_avx2, fill_fast_quantizers_avx2,
+          fill_kernel_table_avx2_iq2, fill_kernel_table_avx2_iq3, fill_kernel_table_avx2_iq1,
+          fill_kernel_table_avx2_lowbit});
+  derive(Isa::avx_vnni, Isa::avx2,
+         {fill_kernel_table_avx_vnni, fill_kernel_table_avxvnni_iq2, fill_kernel_table_avxvnni_iq3,
+          fill_kernel_table_avxvnni_iq1, fill_kernel_table_avxvnni_lowbit});
+  derive(Isa::avx512, Isa::avx2,
+         {fill_kernel_table_avx512, fill_fast_quantizers_avx512, fill_kernel_table_avx512_iq2,
+          fill_kernel_table_avx512_iq3, fill_kernel_table_avx512_iq1, fill_kernel_table_avx512_lowbit});
 #endif
 #if LES_DISPATCH_ARM
-  derive(Isa::neon, Isa::scalar, {fill_kernel_table_neon_q32, fill_kernel_table_neon_k456, fill_kernel_table_neon_k23x});
+  derive(Isa::neon, Isa::scalar,
+         {fill_kernel_table_neon_q32, fill_kernel_table_neon_k456, fill_kernel_table_neon_k23x, fill_kernel_table_neon_iq2,
+          fill_kernel_table_neon_iq3, fill_kernel_table_neon_iq1, fill_kernel_table_neon_lowbit});
   derive(Isa::dotprod, Isa::neon,
-         {fill_kernel_table_dotprod_q32, fill_kernel_table_dotprod_k456, fill_kernel_table_dotprod_k23x});
-  derive(Isa::i8mm, Isa::dotprod, {fill_kernel_table_i8mm_q32, fill_kernel_table_i8mm_k456, fill_kernel_table_i8mm_k23x});
+         {fill_kernel_table_dotprod_q32, fill_kernel_table_dotprod_k456, fill_kernel_table_dotprod_k23x,
+          fill_kernel_table_dotprod_iq2, fill_kernel_table_dotprod_iq3, fill_kernel_table_dotprod_iq1,
+          fill_kernel_table_dotprod_lowbit});
+  derive(Isa::i8mm, Isa::dotprod,
+         {fill_kernel_table_i8mm_q32, fill_kernel_table_i8mm_k456, fill_kernel_table_i8mm_k23x, fill_kernel_table_i8mm_iq2,
+          fill_kernel_table_i8mm_iq3, fill_kernel_table_i8mm_iq1, fill_kernel_table_i8mm_lowbit});
 #endif
   return s;
 }
@@ -237,7 +249,9 @@ Type act_type(Type w) {
     case Type::Q4_0:
     case Type::Q5_0:
     case Type::Q8_0:
-    case Type::IQ4_NL: return Type::Q8_0;
+    case Type::IQ4_NL:
+    case Type::MXFP4:
+    case Type::NVFP4: return Type::Q8_0;
     case Type::Q4_1:
     case Type::Q5_1: return Type::Q8_1;
     case Type::Q2_K:
@@ -245,7 +259,16 @@ Type act_type(Type w) {
     case Type::Q4_K:
     case Type::Q5_K:
     case Type::Q6_K:
-    case Type::IQ4_XS: return Type::Q8_K;
+    case Type::IQ4_XS:
+    case Type::IQ2_XXS:
+    case Type::IQ2_XS:
+    case Type::IQ2_S:
+    case Type::IQ3_XXS:
+    case Type::IQ3_S:
+    case Type::IQ1_S:
+    case Type::IQ1_M:
+    case Type::TQ1_0:
+    case Type::TQ2_0: return Type::Q8_K;
     default: break;
   }
   throw Error(strfmt("no dot product kernel for weight type %s", type_label(w).c_str()));
@@ -298,7 +321,7 @@ bool set_active_isa(Isa isa) {
 void gemm_rows(const KernelTable& t, Type w, int64_t n, const void* wr, size_t w_stride, int64_t nr, const void* a,
                size_t a_stride, int64_t nc, float* y, int64_t y_stride) {
   const auto id = static_cast<uint32_t>(w);
-  LES_ASSERT(id < 32 && t.vec_dot[id] != nullptr);
+  LES_ASSERT(id < kTypeSlots && t.vec_dot[id] != nullptr);
   if (t.gemm[id]) {
     t.gemm[id](n, wr, w_stride, nr, a, a_stride, nc, y, y_stride);
     return;
@@ -337,7 +360,7 @@ void quantize_row_ref(Type t, const float* x, void* y, int64_t n, const float* i
 
 void quantize_row_fast(Type t, const float* x, void* y, int64_t n, const float* importance) {
   const int id = check_row("quantize_row_fast", t, n);
-  const WeightQuantizeFn fn = id < 32 ? kernels().quantize_fast[id] : nullptr;
+  const WeightQuantizeFn fn = id < kTypeSlots ? kernels().quantize_fast[id] : nullptr;
   if (!fn) throw Error(strfmt("quantize_row_fast: cannot quantize to %s", type_label(t).c_str()));
   check_importance("quantize_row_fast", importance, n);
   fn(x, y, n, importance);
@@ -345,7 +368,7 @@ void quantize_row_fast(Type t, const float* x, void* y, int64_t n, const float* 
 
 void dequantize_row(Type t, const void* x, float* y, int64_t n) {
   const int id = check_row("dequantize_row", t, n);
-  const DequantizeFn fn = id < 32 ? kernels().dequantize[id] : nullptr;
+  const DequantizeFn fn = id < kTypeSlots ? kernels().dequantize[id] : nullptr;
   if (!fn) throw Error(strfmt("dequantize_row: cannot dequantize %s", type_label(t).c_str()));
   fn(x, y, n);
 }

@@ -32,7 +32,7 @@ Isa detect_isa();
 Isa default_isa();
 
 // Type the activations are quantized to for products with weights of type w:
-// K-quants, IQ4_XS -> Q8_K; Q4_0/Q5_0/Q8_0/IQ4_NL -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16;
+// K-quants, i-quants except IQ4_NL, TQ1_0/TQ2_0 -> Q8_K; Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4/NVFP4 -> Q8_0; Q4_1/Q5_1 -> Q8_1; F16 -> F16;
 // BF16 -> BF16; F32 -> F32.
 Type act_type(Type w);
 
@@ -53,13 +53,13 @@ using WeightQuantizeFn = void (*)(const float* x, void* y, int64_t n, const floa
 
 struct KernelTable {
   Isa isa;
-  VecDotFn vec_dot[32];        // indexed by weight type id; nullptr if not provided at this ISA
-  GemmFn gemm[32];             // indexed by weight type id; nullptr: use vec_dot per output
-  QuantizeFn quantize[32];     // indexed by target type id (activation types must be present)
-  DequantizeFn dequantize[32]; // indexed by type id
+  VecDotFn vec_dot[kTypeSlots];      // indexed by weight type id; nullptr if not provided at this ISA
+  GemmFn gemm[kTypeSlots];           // indexed by weight type id; nullptr: use vec_dot per output
+  QuantizeFn quantize[kTypeSlots];   // indexed by target type id (activation types must be present)
+  DequantizeFn dequantize[kTypeSlots];// indexed by type id
   // Fast weight quantizers (quantize_row_fast), indexed by weight type id: the fast algorithm
   // where there is one, else the reference quantizer; the same bytes at every ISA.
-  WeightQuantizeFn quantize_fast[32];
+  WeightQuantizeFn quantize_fast[kTypeSlots];
 };
 
 // The table for an ISA, with entries missing at that ISA filled from lower ISAs (so every entry

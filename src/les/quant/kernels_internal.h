@@ -46,6 +46,42 @@ void fill_kernel_table_neon_k23x(KernelTable& t);     // kernels_k23x_neon.cpp
 void fill_kernel_table_dotprod_k23x(KernelTable& t);  // kernels_k23x_dotprod.cpp
 void fill_kernel_table_i8mm_k23x(KernelTable& t);     // kernels_k23x_i8mm.cpp
 
+// The low-bit families, each in files of its own (same contracts as above):
+//   iq2:    IQ2_XXS, IQ2_XS, IQ2_S       (iq2_ref.cpp, kernels_iq2_<isa>.cpp)
+//   iq3:    IQ3_XXS, IQ3_S               (iq3_ref.cpp, kernels_iq3_<isa>.cpp)
+//   iq1:    IQ1_S, IQ1_M                 (iq1_ref.cpp, kernels_iq1_<isa>.cpp)
+//   lowbit: TQ1_0, TQ2_0, MXFP4, NVFP4   (lowbit_ref.cpp, kernels_lowbit_<isa>.cpp)
+// The scalar fill stores every entry of its types (dequantize, vec_dot); fill_kernel_table_scalar
+// calls it. The ISA fills are called by the dispatcher after the ISA's main fill.
+void fill_kernel_table_scalar_iq2(KernelTable& t);
+void fill_kernel_table_scalar_iq3(KernelTable& t);
+void fill_kernel_table_scalar_iq1(KernelTable& t);
+void fill_kernel_table_scalar_lowbit(KernelTable& t);
+void fill_kernel_table_avx2_iq2(KernelTable& t);
+void fill_kernel_table_avx2_iq3(KernelTable& t);
+void fill_kernel_table_avx2_iq1(KernelTable& t);
+void fill_kernel_table_avx2_lowbit(KernelTable& t);
+void fill_kernel_table_avxvnni_iq2(KernelTable& t);
+void fill_kernel_table_avxvnni_iq3(KernelTable& t);
+void fill_kernel_table_avxvnni_iq1(KernelTable& t);
+void fill_kernel_table_avxvnni_lowbit(KernelTable& t);
+void fill_kernel_table_avx512_iq2(KernelTable& t);
+void fill_kernel_table_avx512_iq3(KernelTable& t);
+void fill_kernel_table_avx512_iq1(KernelTable& t);
+void fill_kernel_table_avx512_lowbit(KernelTable& t);
+void fill_kernel_table_neon_iq2(KernelTable& t);
+void fill_kernel_table_neon_iq3(KernelTable& t);
+void fill_kernel_table_neon_iq1(KernelTable& t);
+void fill_kernel_table_neon_lowbit(KernelTable& t);
+void fill_kernel_table_dotprod_iq2(KernelTable& t);
+void fill_kernel_table_dotprod_iq3(KernelTable& t);
+void fill_kernel_table_dotprod_iq1(KernelTable& t);
+void fill_kernel_table_dotprod_lowbit(KernelTable& t);
+void fill_kernel_table_i8mm_iq2(KernelTable& t);
+void fill_kernel_table_i8mm_iq3(KernelTable& t);
+void fill_kernel_table_i8mm_iq1(KernelTable& t);
+void fill_kernel_table_i8mm_lowbit(KernelTable& t);
+
 // The AVX2 tiles' emulation of vpdpbusd (kernels_tiles_avx2.cpp), exposed for the tests: out[i] =
 // acc[i] + sum_k u[4i + k] * s[4i + k] for i < 8 (u7: the path for u <= 127 only). Needs AVX2.
 void dpbusd_avx2_emulated(const int32_t* acc, const uint8_t* u, const int8_t* s, int32_t* out, bool u7);
@@ -64,6 +100,12 @@ using RefQuantizeFn = void (*)(const float* x, void* y, int64_t n, const float* 
 // activation-only types Q8_1/Q8_K it is the activation quantizer; float types and those ignore
 // the importance.
 RefQuantizeFn ref_weight_quantizer(Type t);
+// The same for the low-bit families' types (nullptr for any other type). IQ1_* and IQ2_* need an
+// importance vector, as in llama.cpp: their quantizers throw Error when it is nullptr.
+RefQuantizeFn ref_weight_quantizer_iq2(Type t);
+RefQuantizeFn ref_weight_quantizer_iq3(Type t);
+RefQuantizeFn ref_weight_quantizer_iq1(Type t);
+RefQuantizeFn ref_weight_quantizer_lowbit(Type t);
 
 // Row quantizers that reproduce llama.cpp's activation quantization bit for bit (see
 // quant_ref.cpp for which llama.cpp code path each one follows). Exposed for the tests and as the

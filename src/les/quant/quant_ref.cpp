@@ -1233,8 +1233,14 @@ RefQuantizeFn ref_weight_quantizer(Type t) {
     case Type::Q8_K: return ignoring_importance<quantize_row_q8_K_act>;
     case Type::IQ4_NL: return qref_iq4_nl;
     case Type::IQ4_XS: return qref_iq4_xs;
-    default: return nullptr;
+    default: break;
   }
+  // The low-bit families keep their quantizers in files of their own (kernels_internal.h).
+  for (RefQuantizeFn (*family)(Type) : {ref_weight_quantizer_iq2, ref_weight_quantizer_iq3, ref_weight_quantizer_iq1,
+                                        ref_weight_quantizer_lowbit}) {
+    if (RefQuantizeFn fn = family(t)) return fn;
+  }
+  return nullptr;
 }
 
 void fill_kernel_table_scalar(KernelTable& t) {
@@ -1279,6 +1285,11 @@ void fill_kernel_table_scalar(KernelTable& t) {
   t.vec_dot[tid(Type::Q6_K)] = dot_q6_K;
   t.vec_dot[tid(Type::IQ4_NL)] = dot_iq4_nl;
   t.vec_dot[tid(Type::IQ4_XS)] = dot_iq4_xs;
+
+  fill_kernel_table_scalar_iq2(t);
+  fill_kernel_table_scalar_iq3(t);
+  fill_kernel_table_scalar_iq1(t);
+  fill_kernel_table_scalar_lowbit(t);
 }
 
 }  // namespace les

@@ -167,7 +167,7 @@ void fastq::iq4_codes_portable(const float* v, float* codes) {
 }
 
 void fill_fast_quantizers_scalar(KernelTable& t) {
-  for (int id = 0; id < 32; ++id) {
+  for (int id = 0; id < kTypeSlots; ++id) {
     const auto ti = type_info(static_cast<uint32_t>(id));
     if (ti && ti->weight_type) t.quantize_fast[id] = ref_weight_quantizer(static_cast<Type>(id));
   }

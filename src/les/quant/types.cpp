@@ -30,12 +30,23 @@ constexpr Entry kTypes[] = {
     {13, {"q5_K", QK_K, sizeof(block_q5_K), true}},
     {14, {"q6_K", QK_K, sizeof(block_q6_K), true}},
     {15, {"q8_K", QK_K, sizeof(block_q8_K), false}},
+    {16, {"iq2_xxs", QK_K, sizeof(block_iq2_xxs), true}},
+    {17, {"iq2_xs", QK_K, sizeof(block_iq2_xs), true}},
+    {18, {"iq3_xxs", QK_K, sizeof(block_iq3_xxs), true}},
+    {19, {"iq1_s", QK_K, sizeof(block_iq1_s), true}},
     {20, {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), true}},
+    {21, {"iq3_s", QK_K, sizeof(block_iq3_s), true}},
+    {22, {"iq2_s", QK_K, sizeof(block_iq2_s), true}},
     {23, {"iq4_xs", QK_K, sizeof(block_iq4_xs), true}},
     {24, {"i8", 1, 1, false}},
     {25, {"i16", 1, 2, false}},
     {26, {"i32", 1, 4, false}},
+    {29, {"iq1_m", QK_K, sizeof(block_iq1_m), true}},
     {30, {"bf16", 1, 2, true}},
+    {34, {"tq1_0", QK_K, sizeof(block_tq1_0), true}},
+    {35, {"tq2_0", QK_K, sizeof(block_tq2_0), true}},
+    {39, {"mxfp4", QK_MXFP4, sizeof(block_mxfp4), true}},
+    {40, {"nvfp4", QK_NVFP4, sizeof(block_nvfp4), true}},
 };
 
 const Entry* find_entry(uint32_t id) {

@@ -23,13 +23,27 @@ enum class Type : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
   IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
   IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
+  IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+  NVFP4 = 40,
 };
+
+// Size of the per-type tables indexed by type id (the kernel tables): every id above is smaller.
+inline constexpr int kTypeSlots = 48;
 
 struct TypeInfo {
   const char* name;     // "q4_K", as llama.cpp spells it

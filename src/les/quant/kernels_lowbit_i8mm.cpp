@@ -1,0 +1,9 @@
+// i8mm kernels of TQ1_0, TQ2_0, MXFP4, NVFP4. (Being written: the table keeps the entries of the ISA below.)
+
+#include "les/quant/kernels_internal.h"
+
+namespace les {
+
+void fill_kernel_table_i8mm_lowbit(KernelTable&) {}
+
+}  // namespace les
