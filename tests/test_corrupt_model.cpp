@@ -224,6 +224,14 @@ TEST(CorruptModel, FindNonFiniteEveryTypeAndScaleField) {
       {Type::Q8_K, {{offsetof(block_q8_K, d), "d"}}, true},
       {Type::IQ4_NL, {{offsetof(block_iq4_nl, d), "d"}}, false},
       {Type::IQ4_XS, {{offsetof(block_iq4_xs, d), "d"}}, false},
+      {Type::IQ2_XXS, {{offsetof(block_iq2_xxs, d), "d"}}, false},
+      {Type::IQ2_XS, {{offsetof(block_iq2_xs, d), "d"}}, false},
+      {Type::IQ2_S, {{offsetof(block_iq2_s, d), "d"}}, false},
+      {Type::IQ3_XXS, {{offsetof(block_iq3_xxs, d), "d"}}, false},
+      {Type::IQ3_S, {{offsetof(block_iq3_s, d), "d"}}, false},
+      {Type::IQ1_S, {{offsetof(block_iq1_s, d), "d"}}, false},
+      {Type::TQ1_0, {{offsetof(block_tq1_0, d), "d"}}, false},
+      {Type::TQ2_0, {{offsetof(block_tq2_0, d), "d"}}, false},
   };
   for (const Case& c : cases) {
     const TypeInfo& ti = info(c.t);
@@ -270,6 +278,45 @@ TEST(CorruptModel, FindNonFiniteEveryTypeAndScaleField) {
   EXPECT_EQ(describe_nonfinite(Type::BF16, *nf), "element 1 is infinite");
   const int8_t iv[4] = {-1, 127, 0, 5};
   EXPECT_FALSE(find_nonfinite(Type::I8, iv, 4));
+}
+
+// The scales without an fp16 field of their own: IQ1_M's super-scale (the top nibbles of its four
+// scale words), MXFP4's E8M0 exponent (0xff is NaN) and NVFP4's UE4M3 scales (all finite).
+TEST(CorruptModel, FindNonFiniteSpreadAndByteScales) {
+  {
+    std::vector<uint8_t> buf(3 * sizeof(block_iq1_m), 0x0f);  // top nibbles 0: d = +0
+    EXPECT_FALSE(find_nonfinite(Type::IQ1_M, buf.data(), 3 * QK_K));
+    for (const uint16_t h : {uint16_t{0x7e00}, uint16_t{0xfc00}, uint16_t{0x7c00}}) {
+      std::vector<uint8_t> b = buf;
+      uint8_t* sc = b.data() + 1 * sizeof(block_iq1_m) + offsetof(block_iq1_m, scales);
+      for (int k = 0; k < 4; ++k) sc[2 * k + 1] = static_cast<uint8_t>(0x0f | (((h >> (4 * k)) & 0xf) << 4));
+      const auto nf = find_nonfinite(Type::IQ1_M, b.data(), 3 * QK_K);
+      ASSERT_TRUE(nf) << h;
+      EXPECT_EQ(nf->block, 1);
+      EXPECT_STREQ(nf->field, "d");
+      EXPECT_EQ(nf->nan, h == 0x7e00);
+      // The low 12 bits of each scale word are the group scales: any value there is finite.
+      for (int k = 0; k < 4; ++k) sc[2 * k + 1] = 0x0f;
+      EXPECT_FALSE(find_nonfinite(Type::IQ1_M, b.data(), 3 * QK_K));
+    }
+  }
+  {
+    std::vector<uint8_t> buf(4 * sizeof(block_mxfp4), 0xff);
+    for (int b = 0; b < 4; ++b) buf[b * sizeof(block_mxfp4)] = static_cast<uint8_t>(b == 0 ? 0 : 0xfe);
+    EXPECT_FALSE(find_nonfinite(Type::MXFP4, buf.data(), 4 * QK_MXFP4));  // codes 0xff are fine
+    buf[3 * sizeof(block_mxfp4)] = 0xff;
+    const auto nf = find_nonfinite(Type::MXFP4, buf.data(), 4 * QK_MXFP4);
+    ASSERT_TRUE(nf);
+    EXPECT_EQ(nf->block, 3);
+    EXPECT_STREQ(nf->field, "e");
+    EXPECT_TRUE(nf->nan);
+    EXPECT_NE(describe_nonfinite(Type::MXFP4, *nf).find("elements 96..127"), std::string::npos);
+  }
+  {
+    std::vector<uint8_t> buf(2 * sizeof(block_nvfp4));
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(0x7f + 0x80 * (i & 1));
+    EXPECT_FALSE(find_nonfinite(Type::NVFP4, buf.data(), 2 * QK_NVFP4));
+  }
 }
 
 namespace {

@@ -72,7 +72,9 @@ RoutingReport measure(const SynthSpec& s, const std::string& name, int n_gen = 9
 TEST(SynthFill, EveryTypeHasTheRequestedStdAndIsSymmetric) {
   const Type types[] = {Type::F32, Type::F16, Type::BF16, Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0,
                         Type::Q5_1, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K,
-                        Type::IQ4_NL, Type::IQ4_XS};
+                        Type::IQ4_NL, Type::IQ4_XS, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS,
+                        Type::IQ3_S, Type::IQ1_S, Type::IQ1_M, Type::TQ1_0, Type::TQ2_0, Type::MXFP4,
+                        Type::NVFP4};
   const int64_t n = 1024, rows = 32;
   for (Type t : types) {
     for (float sigma : {0.02f, 1.5f}) {

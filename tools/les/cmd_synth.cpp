@@ -138,7 +138,7 @@ int cmd_synth(int argc, char** argv) {
           {{"--insert-layer"}, true, "mmproj: ViT layer after which the ViT merger runs (default: the shape's)", "N"},
           {{"--text-embd"}, true, "mmproj: the text model's n_embd, the projector's output width (default: the shape's)", "N"},
           {{"--image-tokens"}, false, "text model: add the control tokens <image> </image> <slice> </slice> (MiniCPM-V's image markers) to the vocabulary"},
-          {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, q4_k_m, ... (default q8_0)", "TYPE"},
+          {{"--type"}, true, "weight type or mix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, iq1_s..iq3_s, tq1_0, tq2_0, mxfp4, nvfp4, q4_k_m, IQ2_XXS, ... (default q8_0)", "TYPE"},
           {{"--layers"}, true, "number of layers", "N"},
           {{"--embd"}, true, "embedding width", "N"},
           {{"--heads"}, true, "query heads", "N"},

@@ -42,6 +42,14 @@ std::optional<Scales> scales_of(Type t) {
     case Type::Q8_K: return Scales{{{offsetof(block_q8_K, d), "d"}, {}}, 1, true};
     case Type::IQ4_NL: return Scales{{{offsetof(block_iq4_nl, d), "d"}, {}}, 1, false};
     case Type::IQ4_XS: return Scales{{{offsetof(block_iq4_xs, d), "d"}, {}}, 1, false};
+    case Type::IQ2_XXS: return Scales{{{offsetof(block_iq2_xxs, d), "d"}, {}}, 1, false};
+    case Type::IQ2_XS: return Scales{{{offsetof(block_iq2_xs, d), "d"}, {}}, 1, false};
+    case Type::IQ2_S: return Scales{{{offsetof(block_iq2_s, d), "d"}, {}}, 1, false};
+    case Type::IQ3_XXS: return Scales{{{offsetof(block_iq3_xxs, d), "d"}, {}}, 1, false};
+    case Type::IQ3_S: return Scales{{{offsetof(block_iq3_s, d), "d"}, {}}, 1, false};
+    case Type::IQ1_S: return Scales{{{offsetof(block_iq1_s, d), "d"}, {}}, 1, false};
+    case Type::TQ1_0: return Scales{{{offsetof(block_tq1_0, d), "d"}, {}}, 1, false};
+    case Type::TQ2_0: return Scales{{{offsetof(block_tq2_0, d), "d"}, {}}, 1, false};
     default: return std::nullopt;
   }
 }
@@ -89,7 +97,22 @@ std::optional<NonFinite> find_nonfinite(Type t, const void* data, int64_t n_elem
       }
       return std::nullopt;
     }
-    default: break;
+    case Type::IQ1_M:
+      // The fp16 super-scale is spread over the top nibbles of the four uint16 of scales.
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const uint8_t* sc = p + static_cast<size_t>(b) * ti.block_bytes + offsetof(block_iq1_m, scales);
+        uint16_t h = 0;
+        for (int k = 0; k < 4; ++k) h = static_cast<uint16_t>(h | ((sc[2 * k + 1] >> 4) << (4 * k)));
+        if (f16_bad(h)) return NonFinite{b, "d", f16_nan(h)};
+      }
+      return std::nullopt;
+    case Type::MXFP4:
+      // E8M0 scales: 0xff is NaN (OCP MX); every other byte is a power of two.
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        if (p[static_cast<size_t>(b) * ti.block_bytes + offsetof(block_mxfp4, e)] == 0xff) return NonFinite{b, "e", true};
+      }
+      return std::nullopt;
+    default: break;  // NVFP4: every UE4M3 byte is a finite scale (0x7f reads as zero, as llama.cpp does)
   }
   const std::optional<Scales> sc = scales_of(t);
   if (!sc) return std::nullopt;  // integer types

@@ -1,5 +1,5 @@
 // Non-finite values in tensor data: NaN or infinite F32/F16/BF16 elements, and NaN or infinite
-// scales (d, dmin, m, s) in the blocks of the quantized types. A quantized block's values are
+// scales (d, dmin, m, s; MXFP4's E8M0 e = 0xff) in the blocks of the quantized types. A quantized block's values are
 // finite exactly when its scales are (its quants are small integers), so scanning the scales
 // finds every block that would put a NaN or infinity into a dot product.
 #pragma once

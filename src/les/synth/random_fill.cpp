@@ -3,11 +3,14 @@
 // deviation; the codes are random bits laid out where the dequantizer reads them.
 #include "les/synth/random_fill.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "les/quant/blocks.h"
+#include "les/quant/iq_grids.h"
 #include "les/util/error.h"
 #include "les/util/fp16.h"
 #include "les/util/hash.h"
@@ -97,6 +100,63 @@ void pack_scales_q3_K(const uint8_t stored[16], uint8_t out[12]) {
 }
 
 uint16_t h(double x) { return f32_to_fp16(static_cast<float>(x)); }
+
+// Root mean square of the byte values of a codebook's points (each entry: `per` bytes, read as
+// int8 when `signed_bytes`).
+template <typename T>
+double rms_grid(const T* grid, int n, int per, bool signed_bytes = false) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < per; ++k) {
+      const auto byte = static_cast<uint8_t>((static_cast<uint64_t>(grid[i]) >> (8 * k)) & 0xff);
+      const double v = signed_bytes ? static_cast<int8_t>(byte) : byte;
+      s += v * v;
+    }
+  }
+  return std::sqrt(s / (static_cast<double>(n) * per));
+}
+
+// Root mean square of a + b * k for k uniform over 0..n-1 (the sub-block scale factors).
+double rms_affine(double a, double b, int n) {
+  double s = 0;
+  for (int k = 0; k < n; ++k) s += (a + b * k) * (a + b * k);
+  return std::sqrt(s / n);
+}
+
+// Root mean square of the E2M1 values (halved doubles) of MXFP4/NVFP4 over the 16 codes.
+double rms_fp4_values() {
+  double s = 0;
+  for (int8_t v : kFp4Values) s += 0.25 * v * v;
+  return std::sqrt(s / 16);
+}
+
+// Two neighbouring codes of a monotone scale table value(lo..hi) around `target`, and the
+// probability of the upper one that gives mean square target^2: p v_hi^2 + (1 - p) v_lo^2.
+struct ScaleMix {
+  int lo, hi;
+  double p_hi;
+};
+template <typename Value>
+ScaleMix scale_mix(double target, Value value, int lo, int hi) {
+  if (!(target > value(lo))) return {lo, lo, 0.0};
+  if (target >= value(hi)) return {hi, hi, 0.0};
+  int k = lo;
+  while (k + 1 < hi && value(k + 1) <= target) ++k;
+  const double a = value(k), b = value(k + 1);
+  return {k, k + 1, (target * target - a * a) / (b * b - a * a)};
+}
+
+// Ternary digits t in {0, 1, 2} (value t - 1), n of them, packed 5 (or 4) per byte the way TQ1_0
+// stores them: the base-3 number v with the first digit most significant, as ceil(v * 256 / 3^k).
+uint8_t pack_trits(const int* t, int n) {
+  int v = 0;
+  for (int k = 0; k < n; ++k) v = 3 * v + t[k];
+  int pow3 = 1;
+  for (int k = 0; k < n; ++k) pow3 *= 3;
+  // The first digit is read back as (byte * 3) >> 8 after multiplying by 3^k: scale to 5 digits.
+  for (int k = n; k < 5; ++k) { v *= 3; pow3 *= 3; }
+  return static_cast<uint8_t>((v * 256 + pow3 - 1) / pow3);
+}
 
 }  // namespace
 
@@ -317,6 +377,109 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
           sh = static_cast<uint16_t>(sh | ((ls >> 4) << (2 * ib)));
         }
         b[i].scales_h = sh;
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::IQ2_XXS: case Type::IQ2_XS: case Type::IQ2_S: {
+      // x = d * (0.5 + ls) / 4 * g * sign: random grid indices, signs and 4-bit scales ls.
+      static const double sd_xxs = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2xxsGrid, 256, 8);
+      static const double sd_xs = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2xsGrid, 512, 8);
+      static const double sd_s = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2sGrid, 1024, 8);
+      const double sd = t == Type::IQ2_XXS ? sd_xxs : t == Type::IQ2_XS ? sd_xs : sd_s;
+      const size_t bb = info(t).block_bytes;
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        uint8_t* b = out + static_cast<size_t>(i) * bb;
+        random_bytes(rng, b + 2, bb - 2);
+        std::memcpy(b, &d, 2);
+      }
+      return;
+    }
+    case Type::IQ3_XXS: case Type::IQ3_S: {
+      // IQ3_XXS: x = d * (0.5 + ls) / 2 * g * sign; IQ3_S: x = d * (1 + 2 ls) * g * sign.
+      static const double sd_xxs = rms_affine(0.5, 1.0, 16) / 2 * rms_grid(kIq3xxsGrid, 256, 4);
+      static const double sd_s = rms_affine(1.0, 2.0, 16) * rms_grid(kIq3sGrid, 512, 4);
+      const double sd = t == Type::IQ3_XXS ? sd_xxs : sd_s;
+      const size_t bb = info(t).block_bytes;
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        uint8_t* b = out + static_cast<size_t>(i) * bb;
+        random_bytes(rng, b + 2, bb - 2);
+        std::memcpy(b, &d, 2);
+      }
+      return;
+    }
+    case Type::IQ1_S: case Type::IQ1_M: {
+      // x = d * (2 ls + 1) * (g +- delta): g in {-1, 0, 1}, 3-bit ls, random delta signs.
+      static const double sd =
+          rms_affine(1.0, 2.0, 8) * std::sqrt(std::pow(rms_grid(kIq1sGrid, 2048, 8, true), 2) + kIq1sDelta * kIq1sDelta);
+      const size_t bb = info(t).block_bytes;
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        uint8_t* b = out + static_cast<size_t>(i) * bb;
+        if (t == Type::IQ1_S) {
+          random_bytes(rng, b + 2, bb - 2);
+          std::memcpy(b, &d, 2);
+        } else {  // the fp16 super-scale goes to the top nibbles of the four scale words
+          random_bytes(rng, b, bb);
+          uint8_t* sc = b + offsetof(block_iq1_m, scales);
+          for (int k = 0; k < 4; ++k) sc[2 * k + 1] = static_cast<uint8_t>((sc[2 * k + 1] & 0x0f) | (((d >> (4 * k)) & 0xf) << 4));
+        }
+      }
+      return;
+    }
+    case Type::TQ1_0: case Type::TQ2_0: {
+      // x = d * (t - 1), t uniform in {0, 1, 2}.
+      static const double sd = std::sqrt(2.0 / 3.0);
+      const uint16_t d = h(sigma / sd);
+      for (int64_t i = 0; i < nb; ++i) {
+        if (t == Type::TQ2_0) {
+          auto* b = reinterpret_cast<block_tq2_0*>(out) + i;
+          for (uint8_t& q : b->qs) {
+            q = 0;
+            for (int k = 0; k < 4; ++k) q = static_cast<uint8_t>(q | (rng.next() % 3) << (2 * k));
+          }
+          b->d = d;
+        } else {
+          auto* b = reinterpret_cast<block_tq1_0*>(out) + i;
+          int tr[5];
+          for (uint8_t& q : b->qs) {
+            for (int& v : tr) v = static_cast<int>(rng.next() % 3);
+            q = pack_trits(tr, 5);
+          }
+          for (uint8_t& q : b->qh) {
+            for (int k = 0; k < 4; ++k) tr[k] = static_cast<int>(rng.next() % 3);
+            q = pack_trits(tr, 4);
+          }
+          b->d = d;
+        }
+      }
+      return;
+    }
+    case Type::MXFP4: {
+      // x = 2^(e - 127) * v, v an E2M1 value. A power of two cannot hit sigma / rms(v), so each
+      // block takes one of the two neighbouring exponents, the upper with the probability that
+      // makes the mean square exact.
+      static const double sd = rms_fp4_values();
+      const ScaleMix mix = scale_mix(sigma / sd, [](int k) { return std::ldexp(1.0, k - 127); }, 1, 254);
+      auto* b = reinterpret_cast<block_mxfp4*>(out);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].e = static_cast<uint8_t>(rng.uniform() < mix.p_hi ? mix.hi : mix.lo);
+        random_bytes(rng, b[i].qs, sizeof b[i].qs);
+      }
+      return;
+    }
+    case Type::NVFP4: {
+      // x = s * v with s a UE4M3 scale (normal E4M3 values 2^(ex - 7) * (1 + m / 8); llama.cpp
+      // reads the byte as half that, its E2M1 table being doubled): per 16 elements one of the two
+      // scales around sigma / rms(v), mixed as for MXFP4.
+      static const double sd = rms_fp4_values();
+      const ScaleMix mix = scale_mix(sigma / sd, [](int x) { return std::ldexp(1.0 + (x & 7) / 8.0, ((x >> 3) & 15) - 7); },
+                                     0x08, 0x7e);
+      auto* b = reinterpret_cast<block_nvfp4*>(out);
+      for (int64_t i = 0; i < nb; ++i) {
+        for (uint8_t& sc : b[i].d) sc = static_cast<uint8_t>(rng.uniform() < mix.p_hi ? mix.hi : mix.lo);
         random_bytes(rng, b[i].qs, sizeof b[i].qs);
       }
       return;
