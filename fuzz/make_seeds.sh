@@ -22,7 +22,12 @@ synth qwen3moe-q8_0 qwen3moe q8_0
 synth mixtral-q4_0 llama q4_0
 synth qwen3-f16 qwen3 f16
 synth olmoe-q5_1 olmoe q5_1 --kv-heads 2
-for f in qwen3moe-q8_0 mixtral-q4_0 qwen3-f16 olmoe-q5_1; do cp "$tmp/$f.gguf" "$C/gguf/$f.gguf"; done
+# Low-bit types: an i-quant (256-element blocks need rows of 256: kept small with 2 experts) and MXFP4.
+synth qwen3moe-iq2_xxs qwen3moe iq2_xxs --embd 256 --head-dim 128 --experts 2 --used 1 --ff-exp 256
+synth qwen3moe-mxfp4 qwen3moe mxfp4
+for f in qwen3moe-q8_0 mixtral-q4_0 qwen3-f16 olmoe-q5_1 qwen3moe-iq2_xxs qwen3moe-mxfp4; do
+  cp "$tmp/$f.gguf" "$C/gguf/$f.gguf"
+done
 
 # The header of a GGUF file: everything before the (aligned) data section.
 header() {

@@ -137,7 +137,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::qwen3moe, "q5_1"}, Case{Arch::qwen3moe, "q2_K"}, Case{Arch::qwen3moe, "q3_K"},
                       Case{Arch::qwen3moe, "q4_K"}, Case{Arch::qwen3moe, "q5_K"}, Case{Arch::qwen3moe, "q6_K"},
                       Case{Arch::qwen2moe, "q4_k_m"}, Case{Arch::olmoe, "q4_k_m"}, Case{Arch::llama, "q4_k_m"},
-                      Case{Arch::qwen2moe, "f16"}, Case{Arch::olmoe, "q8_0"}, Case{Arch::llama, "q6_K"}),
+                      Case{Arch::qwen2moe, "f16"}, Case{Arch::olmoe, "q8_0"}, Case{Arch::llama, "q6_K"},
+                      // The low-bit types: random codes in every field (grid indices, signs, sub-block
+                      // scales, trits, E8M0/UE4M3 scales), read by both engines.
+                      Case{Arch::qwen3moe, "iq2_xxs"}, Case{Arch::qwen3moe, "iq2_xs"}, Case{Arch::qwen3moe, "iq2_s"},
+                      Case{Arch::qwen3moe, "iq3_xxs"}, Case{Arch::qwen3moe, "iq3_s"}, Case{Arch::qwen3moe, "iq1_s"},
+                      Case{Arch::qwen3moe, "iq1_m"}, Case{Arch::qwen3moe, "tq1_0"}, Case{Arch::qwen3moe, "tq2_0"},
+                      Case{Arch::qwen3moe, "mxfp4"}, Case{Arch::qwen3moe, "nvfp4"}, Case{Arch::olmoe, "iq3_s"},
+                      Case{Arch::qwen2moe, "iq2_xxs"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(arch_name(info.param.arch)) + "_" + info.param.type;
     });
