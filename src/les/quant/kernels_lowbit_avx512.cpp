@@ -262,16 +262,16 @@ struct Tq2 {
   // Element 128h + 32k + m at bits 2k of qs[32h + m].
   static void decode(const uint8_t* b, __m512i (&u)[4]) {
     const __m512i q = _mm512_loadu_si512(b);  // the 64 bytes of qs
-    const __m512i a = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i c = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i s01 = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002ll, 0x0002000200020002ll,
-                                          0x0002000200020002ll, 0x0002000200020002ll);
-    const __m512i s23 = _mm512_add_epi16(s01, _mm512_set1_epi16(4));
     const __m512i m3 = _mm512_set1_epi8(3);
-    u[0] = _mm512_and_si512(_mm512_srlv_epi16(a, s01), m3);
-    u[1] = _mm512_and_si512(_mm512_srlv_epi16(a, s23), m3);
-    u[2] = _mm512_and_si512(_mm512_srlv_epi16(c, s01), m3);
-    u[3] = _mm512_and_si512(_mm512_srlv_epi16(c, s23), m3);
+    // digit k of every byte: bytes 0..31 elements 32k + m, bytes 32..63 elements 128 + 32k + m
+    const __m512i d0 = _mm512_and_si512(q, m3);
+    const __m512i d1 = _mm512_and_si512(_mm512_srli_epi16(q, 2), m3);
+    const __m512i d2 = _mm512_and_si512(_mm512_srli_epi16(q, 4), m3);
+    const __m512i d3 = _mm512_and_si512(_mm512_srli_epi16(q, 6), m3);
+    u[0] = _mm512_shuffle_i64x2(d0, d1, _MM_SHUFFLE(1, 0, 1, 0));
+    u[1] = _mm512_shuffle_i64x2(d2, d3, _MM_SHUFFLE(1, 0, 1, 0));
+    u[2] = _mm512_shuffle_i64x2(d0, d1, _MM_SHUFFLE(3, 2, 3, 2));
+    u[3] = _mm512_shuffle_i64x2(d2, d3, _MM_SHUFFLE(3, 2, 3, 2));
   }
 };
 
@@ -281,43 +281,34 @@ struct Ternary {
   static constexpr int64_t kBlock = QK_K;
   static constexpr int NACC = 2;
 
-  template <int R, int C, int NB>
-  static void step(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_t ao, __m512 (&acc)[R][C][NACC]) {
-    __m512i u[R][NB][4];
-    float dw[R][NB];
+  // One block of every row (decoded once, its 4 vectors used for every activation row) into
+  // accumulator k. (Decoding all R rows first would hold 4 R vectors: spills at R = 4.)
+  template <int R, int C>
+  static void step(const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t wo, size_t ao, int k, __m512 (&acc)[R][C][NACC]) {
     for (int r = 0; r < R; ++r) {
-      for (int k = 0; k < NB; ++k) {
-        T::decode(wr.p[r] + wo + k * WB, u[r][k]);
-        dw[r][k] = ld_f16(wr.p[r] + wo + k * WB + T::kD);
-      }
-    }
-    for (int c = 0; c < C; ++c) {
-      for (int k = 0; k < NB; ++k) {
-        const uint8_t* a = ar.p[c] + ao + k * AB;
-        __m512i y[4];
-        for (int j = 0; j < 4; ++j) y[j] = _mm512_loadu_si512(a + kQ8K_qs + 64 * j);
+      __m512i u[4];
+      T::decode(wr.p[r] + wo, u);
+      const float dw = ld_f16(wr.p[r] + wo + T::kD);
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* a = ar.p[c] + ao;
         const __m512i off = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_cvtepi16_epi32(ld256(a + kQ8K_bsums)));
-        const float da = tiles::ld_f32(a + kQ8K_d);
-        for (int r = 0; r < R; ++r) {
-          const __m512i s0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, u[r][k][0], y[0]), u[r][k][1], y[1]);
-          const __m512i s1 =
-              _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][k][2], y[2]), u[r][k][3], y[3]);
-          const __m512 d = _mm512_set1_ps(dw[r][k] * da);
-          acc[r][c][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[r][c][k]);
-        }
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, u[0], _mm512_loadu_si512(a + kQ8K_qs)), u[1],
+                                               _mm512_loadu_si512(a + kQ8K_qs + 64));
+        const __m512i s1 = _mm512_dpbusd_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2], _mm512_loadu_si512(a + kQ8K_qs + 128)), u[3],
+            _mm512_loadu_si512(a + kQ8K_qs + 192));
+        const __m512 d = _mm512_set1_ps(dw * tiles::ld_f32(a + kQ8K_d));
+        acc[r][c][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[r][c][k]);
       }
     }
   }
   template <int R, int C>
   static void run(int64_t n, const RowPtrs<R>& wr, const RowPtrs<C>& ar, size_t ws, const uint8_t* pf,
                   __m512 (&acc)[R][C][NACC]) {
-    const int64_t nb = n / kBlock;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      if (pf) tiles::prefetch_rows<R>(pf + static_cast<size_t>(i) * WB, ws, 2 * WB);
-      step<R, C, 2>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc);
+    for (int64_t i = 0; i < n / kBlock; ++i) {
+      if (pf) tiles::prefetch_rows<R>(pf + static_cast<size_t>(i) * WB, ws, WB);
+      step<R, C>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, static_cast<int>(i & 1), acc);
     }
-    if (i < nb) step<R, C, 1>(wr, ar, static_cast<size_t>(i) * WB, static_cast<size_t>(i) * AB, acc);
   }
 };
 
