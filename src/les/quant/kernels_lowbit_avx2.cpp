@@ -265,10 +265,15 @@ float vec_dot(int64_t n, const void* w, const void* a) {
   return y;
 }
 
-// Tiles of up to 2 rows x 2 activation rows (the 16 ymm registers); 2 rows for one activation row.
+// Tiles of up to 2 rows x 2 activation rows (the 16 ymm registers); matrix-vector products in
+// tiles of 2 rows that read 2 long streams, each prefetched ahead (gemm_tiles).
 template <class K>
 void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y, int64_t ys) {
-  tiles::gemm_tiles<Kernel<K>, 2, 2, 2, true>(n, w, ws, nr, a, as, nc, y, ys);
+  if (nc == 1) {
+    tiles::gemm_tiles<Kernel<K>, 2, 1>(n, w, ws, nr, a, as, nc, y, ys);
+  } else {
+    tiles::gemm_tiles<Kernel<K>, 2, 2>(n, w, ws, nr, a, as, nc, y, ys);
+  }
 }
 
 inline int tid(Type t) { return static_cast<int>(t); }

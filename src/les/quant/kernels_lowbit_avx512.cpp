@@ -343,10 +343,16 @@ float vec_dot(int64_t n, const void* w, const void* a) {
   return y;
 }
 
-// Tiles of up to 2 rows x 4 activation rows; 4 rows for matrix-vector products.
+// Tiles of up to 2 rows x 4 activation rows; matrix-vector products in tiles of 4 rows that read
+// 4 long streams, each prefetched ahead (gemm_tiles' matrix-vector path; the next tile's rows
+// alone arrive too late from DRAM).
 template <class K>
 void gemm(int64_t n, const void* w, size_t ws, int64_t nr, const void* a, size_t as, int64_t nc, float* y, int64_t ys) {
-  tiles::gemm_tiles<Kernel<K>, 2, 4, 4, true>(n, w, ws, nr, a, as, nc, y, ys);
+  if (nc == 1) {
+    tiles::gemm_tiles<Kernel<K>, 4, 1>(n, w, ws, nr, a, as, nc, y, ys);
+  } else {
+    tiles::gemm_tiles<Kernel<K>, 2, 4>(n, w, ws, nr, a, as, nc, y, ys);
+  }
 }
 
 inline int tid(Type t) { return static_cast<int>(t); }
