@@ -1,9 +1,17 @@
-// avx512 kernels of IQ1_S, IQ1_M. (Being written: the table keeps the entries of the ISA below.)
+// avx512 kernels of IQ1_S and IQ1_M: vec_dot and gemm of iq1_x86.h with the AVX-512 VNNI on ymm (EVEX vpdpbusd + vpdpwssd)
+// integer dot; bit-identical to the scalar reference.
 
+#include "les/quant/iq1_x86.h"
 #include "les/quant/kernels_internal.h"
 
 namespace les {
 
-void fill_kernel_table_avx512_iq1(KernelTable&) {}
+void fill_kernel_table_avx512_iq1(KernelTable& t) {
+  using iq1_x86::DpVnni;
+  t.vec_dot[static_cast<int>(Type::IQ1_S)] = iq1_x86::vec_dot<DpVnni, Type::IQ1_S>;
+  t.vec_dot[static_cast<int>(Type::IQ1_M)] = iq1_x86::vec_dot<DpVnni, Type::IQ1_M>;
+  t.gemm[static_cast<int>(Type::IQ1_S)] = iq1_x86::gemm<DpVnni, Type::IQ1_S>;
+  t.gemm[static_cast<int>(Type::IQ1_M)] = iq1_x86::gemm<DpVnni, Type::IQ1_M>;
+}
 
 }  // namespace les
