@@ -361,15 +361,15 @@ inline int tid(Type t) { return static_cast<int>(t); }
 }  // namespace
 
 void fill_kernel_table_avx512_lowbit(KernelTable& t) {
-  using namespace lowbit_avx512;
-  t.vec_dot[tid(Type::MXFP4)] = vec_dot<Mxfp4>;
-  t.gemm[tid(Type::MXFP4)] = gemm<Mxfp4>;
-  t.vec_dot[tid(Type::NVFP4)] = vec_dot<Nvfp4>;
-  t.gemm[tid(Type::NVFP4)] = gemm<Nvfp4>;
-  t.vec_dot[tid(Type::TQ1_0)] = vec_dot<Ternary<Tq1>>;
-  t.gemm[tid(Type::TQ1_0)] = gemm<Ternary<Tq1>>;
-  t.vec_dot[tid(Type::TQ2_0)] = vec_dot<Ternary<Tq2>>;
-  t.gemm[tid(Type::TQ2_0)] = gemm<Ternary<Tq2>>;
+  namespace k = lowbit_avx512;
+  t.vec_dot[k::tid(Type::MXFP4)] = k::vec_dot<k::Mxfp4>;
+  t.gemm[k::tid(Type::MXFP4)] = k::gemm<k::Mxfp4>;
+  t.vec_dot[k::tid(Type::NVFP4)] = k::vec_dot<k::Nvfp4>;
+  t.gemm[k::tid(Type::NVFP4)] = k::gemm<k::Nvfp4>;
+  t.vec_dot[k::tid(Type::TQ1_0)] = k::vec_dot<k::Ternary<k::Tq1>>;
+  t.gemm[k::tid(Type::TQ1_0)] = k::gemm<k::Ternary<k::Tq1>>;
+  t.vec_dot[k::tid(Type::TQ2_0)] = k::vec_dot<k::Ternary<k::Tq2>>;
+  t.gemm[k::tid(Type::TQ2_0)] = k::gemm<k::Ternary<k::Tq2>>;
 }
 
 }  // namespace les

@@ -440,24 +440,24 @@ void qref_nvfp4(const float* x, void* vy, int64_t n, const float* imp) {
 }  // namespace
 
 void fill_kernel_table_scalar_lowbit(KernelTable& t) {
-  using namespace lowbit_ref;
-  t.dequantize[tid(Type::TQ1_0)] = dequant_tq1_0;
-  t.dequantize[tid(Type::TQ2_0)] = dequant_tq2_0;
-  t.dequantize[tid(Type::MXFP4)] = dequant_mxfp4;
-  t.dequantize[tid(Type::NVFP4)] = dequant_nvfp4;
-  t.vec_dot[tid(Type::TQ1_0)] = dot_tq1_0;
-  t.vec_dot[tid(Type::TQ2_0)] = dot_tq2_0;
-  t.vec_dot[tid(Type::MXFP4)] = dot_mxfp4;
-  t.vec_dot[tid(Type::NVFP4)] = dot_nvfp4;
+  namespace k = lowbit_ref;
+  t.dequantize[k::tid(Type::TQ1_0)] = k::dequant_tq1_0;
+  t.dequantize[k::tid(Type::TQ2_0)] = k::dequant_tq2_0;
+  t.dequantize[k::tid(Type::MXFP4)] = k::dequant_mxfp4;
+  t.dequantize[k::tid(Type::NVFP4)] = k::dequant_nvfp4;
+  t.vec_dot[k::tid(Type::TQ1_0)] = k::dot_tq1_0;
+  t.vec_dot[k::tid(Type::TQ2_0)] = k::dot_tq2_0;
+  t.vec_dot[k::tid(Type::MXFP4)] = k::dot_mxfp4;
+  t.vec_dot[k::tid(Type::NVFP4)] = k::dot_nvfp4;
 }
 
 RefQuantizeFn ref_weight_quantizer_lowbit(Type t) {
-  using namespace lowbit_ref;
+  namespace k = lowbit_ref;
   switch (t) {
-    case Type::TQ1_0: return qref_tq1_0;
-    case Type::TQ2_0: return qref_tq2_0;
-    case Type::MXFP4: return qref_mxfp4;
-    case Type::NVFP4: return qref_nvfp4;
+    case Type::TQ1_0: return k::qref_tq1_0;
+    case Type::TQ2_0: return k::qref_tq2_0;
+    case Type::MXFP4: return k::qref_mxfp4;
+    case Type::NVFP4: return k::qref_nvfp4;
     default: return nullptr;
   }
 }
