@@ -367,7 +367,7 @@ half_bits choose_scales(const SubBlock* sb, int* ls) {
     for (int ib = 0; ib < 8; ++ib) {
       const SubBlock& r = sb[ib];
       const double fit = r.C > 0 ? std::clamp(0.5 * (r.B / r.C / d - 1), 0.0, 15.0) : 0.0;
-      int l = static_cast<int>(std::lround(fit));
+      int l = std::clamp(static_cast<int>(std::lround(fit)), 0, 15);  // (a NaN fit: any l)
       double e = d * (2 * l + 1) * (d * (2 * l + 1) * r.C - 2 * r.B);
       for (int c : {l - 1, l + 1}) {
         if (c < 0 || c > 15) continue;

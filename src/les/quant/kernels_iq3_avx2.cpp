@@ -222,11 +222,11 @@ void gemm(int64_t n, const void* vw, size_t ws, int64_t nr, const void* va, size
 }  // namespace
 
 void fill_kernel_table_avx2_iq3(KernelTable& t) {
-  using namespace iq3_avx2;
-  t.vec_dot[static_cast<int>(Type::IQ3_XXS)] = vec_dot<Xxs>;
-  t.vec_dot[static_cast<int>(Type::IQ3_S)] = vec_dot<S>;
-  t.gemm[static_cast<int>(Type::IQ3_XXS)] = gemm<Xxs>;
-  t.gemm[static_cast<int>(Type::IQ3_S)] = gemm<S>;
+  namespace k = iq3_avx2;
+  t.vec_dot[static_cast<int>(Type::IQ3_XXS)] = k::vec_dot<k::Xxs>;
+  t.vec_dot[static_cast<int>(Type::IQ3_S)] = k::vec_dot<k::S>;
+  t.gemm[static_cast<int>(Type::IQ3_XXS)] = k::gemm<k::Xxs>;
+  t.gemm[static_cast<int>(Type::IQ3_S)] = k::gemm<k::S>;
 }
 
 }  // namespace les
