@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -208,7 +209,9 @@ TEST(QuantIq3, VecDotMatchesLlamaCpp) {
                                               << "+" << d.blocks << ": " << got << " vs llama.cpp " << d.value;
         if (scale > 0) worst = std::max(worst, err / scale);
       }
-      RecordProperty(std::string(isa_name(isa)) + "_" + type_name(t.type) + "_max_rel_err", std::to_string(worst));
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.3g", worst);
+      RecordProperty(std::string(isa_name(isa)) + "_" + type_name(t.type) + "_max_rel_err", buf);
     }
   }
 }
