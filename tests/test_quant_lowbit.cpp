@@ -386,6 +386,28 @@ class LowbitSimd : public ::testing::TestWithParam<Isa> {
   const KernelTable* simd_ = nullptr;
 };
 
+// Every SIMD table runs kernels of its own for these types (so the comparisons below test SIMD
+// code, not the scalar reference against itself) and has a gemm. On aarch64: dotprod replaces
+// neon's vec_dot and gemm; i8mm keeps dotprod's vec_dot and replaces its gemm (SMMLA tiles).
+TEST_P(LowbitSimd, TablesHaveOwnKernels) {
+  for (Type t : kLowbitTypes) {
+    EXPECT_NE(simd_->vec_dot[tid(t)], nullptr) << type_name(t);
+    EXPECT_NE(simd_->vec_dot[tid(t)], scalar_->vec_dot[tid(t)]) << type_name(t) << " " << isa_name(simd_->isa);
+    EXPECT_NE(simd_->gemm[tid(t)], nullptr) << type_name(t) << " " << isa_name(simd_->isa);
+    const Isa isa = GetParam();
+    if (isa == Isa::dotprod) {
+      const KernelTable* neon = kernel_table(Isa::neon);
+      EXPECT_NE(simd_->vec_dot[tid(t)], neon->vec_dot[tid(t)]) << type_name(t);
+      EXPECT_NE(simd_->gemm[tid(t)], neon->gemm[tid(t)]) << type_name(t);
+    }
+    if (isa == Isa::i8mm) {
+      const KernelTable* dotprod = kernel_table(Isa::dotprod);
+      EXPECT_EQ(simd_->vec_dot[tid(t)], dotprod->vec_dot[tid(t)]) << type_name(t);
+      EXPECT_NE(simd_->gemm[tid(t)], dotprod->gemm[tid(t)]) << type_name(t);
+    }
+  }
+}
+
 TEST_P(LowbitSimd, VecDotMatchesScalar) {
   Gen g(5);
   for (Type t : kLowbitTypes) {
