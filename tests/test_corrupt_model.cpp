@@ -201,6 +201,27 @@ TEST(CorruptModel, NonWeightTypeForAMatrixIsRefused) {
   expect_words(error_of([&] { load_all(out); }), {"blk.0.attn_q.weight", "i32", "not a weight type"}, "i32");
 }
 
+// An NVFP4 conversion's second-level scale tensors (llama.cpp multiplies the product by them):
+// refused by name, never silently ignored.
+TEST(CorruptModel, WeightScaleTensorsAreRefused) {
+  ScopedDir d;
+  const std::string src = les::test::small_synth_model(d, "m.gguf", "f32");
+  const gguf::File f = gguf::read_file(src);
+  const MappedFile map = MappedFile::open(src);
+  for (const char* extra : {"blk.0.attn_q.scale", "blk.0.ffn_up_exps.input_scale"}) {
+    gguf::Writer w;
+    for (const auto& [k, v] : f.kv) w.add(k, v);
+    for (const auto& t : f.tensors) {
+      w.add_tensor(t.name, t.ne, t.type, static_cast<const void*>(map.data() + f.data_offset + t.offset));
+    }
+    const float one = 1.0f;
+    w.add_tensor(extra, {1}, Type::F32, &one);
+    const std::string out = d.file("scaled.gguf");
+    w.write(out);
+    expect_words(error_of([&] { load_all(out); }), {extra, "second-level scales", "not supported"}, extra);
+  }
+}
+
 // --- non-finite values ----------------------------------------------------------------------
 
 TEST(CorruptModel, FindNonFiniteEveryTypeAndScaleField) {

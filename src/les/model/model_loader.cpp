@@ -339,7 +339,19 @@ struct ModelLoader {
 
     load_mtp_block();
     for (const auto& t : m.gguf_.tensors) {
-      if (!used.count(t.name)) {
+      if (used.count(t.name)) continue;
+      const auto ends_with = [&](const char* suffix) {
+        const size_t n = std::strlen(suffix);
+        return t.name.size() >= n && t.name.compare(t.name.size() - n, n, suffix) == 0;
+      };
+      if (ends_with(".scale") || ends_with(".input_scale")) {
+        // llama.cpp's NVFP4 conversions may carry a second-level F32 scale per tensor (or per expert)
+        // that multiplies the product; les does not apply it, and would compute the wrong model.
+        throw Error(strfmt("%s: tensor '%s' is a per-tensor weight scale (NVFP4 second-level scales), which les "
+                           "does not apply: this file is not supported",
+                           m.path_.c_str(), t.name.c_str()));
+      }
+      {
         throw Error(strfmt("%s: tensor '%s' is not used by architecture %s (unexpected tensor: the file "
                            "may be of a variant we do not support)",
                            m.path_.c_str(), t.name.c_str(), c.arch_str.c_str()));

@@ -116,6 +116,14 @@ double rms_grid(const T* grid, int n, int per, bool signed_bytes = false) {
   return std::sqrt(s / (static_cast<double>(n) * per));
 }
 
+// Sets nibble `hi` (0: low, 1: high) of `byte` to 4..11, keeping its three low bits random.
+void mid_nibble(uint8_t& byte, int hi) {
+  const int shift = 4 * hi;
+  const int v = (byte >> shift) & 15;
+  const int m = 4 + (v & 7);
+  byte = static_cast<uint8_t>((byte & ~(15 << shift)) | (m << shift));
+}
+
 // Root mean square of a + b * k for k uniform over 0..n-1 (the sub-block scale factors).
 double rms_affine(double a, double b, int n) {
   double s = 0;
@@ -382,10 +390,11 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
       return;
     }
     case Type::IQ2_XXS: case Type::IQ2_XS: case Type::IQ2_S: {
-      // x = d * (0.5 + ls) / 4 * g * sign: random grid indices, signs and 4-bit scales ls.
-      static const double sd_xxs = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2xxsGrid, 256, 8);
-      static const double sd_xs = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2xsGrid, 512, 8);
-      static const double sd_s = rms_affine(0.5, 1.0, 16) / 4 * rms_grid(kIq2sGrid, 1024, 8);
+      // x = d * (0.5 + ls) / 4 * g * sign: random grid indices and signs; 4-bit scales ls drawn from
+      // 4..11 (the full range would make a row's spread depend on a few sub-blocks).
+      static const double sd_xxs = rms_affine(4.5, 1.0, 8) / 4 * rms_grid(kIq2xxsGrid, 256, 8);
+      static const double sd_xs = rms_affine(4.5, 1.0, 8) / 4 * rms_grid(kIq2xsGrid, 512, 8);
+      static const double sd_s = rms_affine(4.5, 1.0, 8) / 4 * rms_grid(kIq2sGrid, 1024, 8);
       const double sd = t == Type::IQ2_XXS ? sd_xxs : t == Type::IQ2_XS ? sd_xs : sd_s;
       const size_t bb = info(t).block_bytes;
       const uint16_t d = h(sigma / sd);
@@ -393,13 +402,22 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
         uint8_t* b = out + static_cast<size_t>(i) * bb;
         random_bytes(rng, b + 2, bb - 2);
         std::memcpy(b, &d, 2);
+        if (t == Type::IQ2_XXS) {  // ls: the top nibble of sub-block ib's second uint32
+          for (int ib = 0; ib < QK_K / 32; ++ib) mid_nibble(b[offsetof(block_iq2_xxs, qs) + 8 * ib + 7], 1);
+        } else {  // two 4-bit scales per byte of scales
+          uint8_t* sc = b + (t == Type::IQ2_XS ? offsetof(block_iq2_xs, scales) : offsetof(block_iq2_s, scales));
+          for (int ib = 0; ib < QK_K / 32; ++ib) {
+            mid_nibble(sc[ib], 0);
+            mid_nibble(sc[ib], 1);
+          }
+        }
       }
       return;
     }
     case Type::IQ3_XXS: case Type::IQ3_S: {
-      // IQ3_XXS: x = d * (0.5 + ls) / 2 * g * sign; IQ3_S: x = d * (1 + 2 ls) * g * sign.
-      static const double sd_xxs = rms_affine(0.5, 1.0, 16) / 2 * rms_grid(kIq3xxsGrid, 256, 4);
-      static const double sd_s = rms_affine(1.0, 2.0, 16) * rms_grid(kIq3sGrid, 512, 4);
+      // IQ3_XXS: x = d * (0.5 + ls) / 2 * g * sign; IQ3_S: x = d * (1 + 2 ls) * g * sign; ls in 4..11.
+      static const double sd_xxs = rms_affine(4.5, 1.0, 8) / 2 * rms_grid(kIq3xxsGrid, 256, 4);
+      static const double sd_s = rms_affine(9.0, 2.0, 8) * rms_grid(kIq3sGrid, 512, 4);
       const double sd = t == Type::IQ3_XXS ? sd_xxs : sd_s;
       const size_t bb = info(t).block_bytes;
       const uint16_t d = h(sigma / sd);
@@ -407,6 +425,14 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
         uint8_t* b = out + static_cast<size_t>(i) * bb;
         random_bytes(rng, b + 2, bb - 2);
         std::memcpy(b, &d, 2);
+        if (t == Type::IQ3_XXS) {  // ls: the top nibble of sub-block ib's uint32 after the 64 indices
+          for (int ib = 0; ib < QK_K / 32; ++ib) mid_nibble(b[offsetof(block_iq3_xxs, qs) + QK_K / 4 + 4 * ib + 3], 1);
+        } else {
+          for (int k = 0; k < QK_K / 64; ++k) {
+            mid_nibble(b[offsetof(block_iq3_s, scales) + k], 0);
+            mid_nibble(b[offsetof(block_iq3_s, scales) + k], 1);
+          }
+        }
       }
       return;
     }
@@ -475,8 +501,13 @@ void fill_random_row(Type t, float sigma, uint64_t key, int64_t row, int64_t n, 
       // reads the byte as half that, its E2M1 table being doubled): per 16 elements one of the two
       // scales around sigma / rms(v), mixed as for MXFP4.
       static const double sd = rms_fp4_values();
-      const ScaleMix mix = scale_mix(sigma / sd, [](int x) { return std::ldexp(1.0 + (x & 7) / 8.0, ((x >> 3) & 15) - 7); },
-                                     0x08, 0x7e);
+      const ScaleMix mix = scale_mix(
+          sigma / sd,
+          [](int x) {
+            const int ex = (x >> 3) & 15, man = x & 7;
+            return ex == 0 ? std::ldexp(static_cast<double>(man), -9) : std::ldexp(1.0 + man / 8.0, ex - 7);
+          },
+          0x01, 0x7e);
       auto* b = reinterpret_cast<block_nvfp4*>(out);
       for (int64_t i = 0; i < nb; ++i) {
         for (uint8_t& sc : b[i].d) sc = static_cast<uint8_t>(rng.uniform() < mix.p_hi ? mix.hi : mix.lo);
