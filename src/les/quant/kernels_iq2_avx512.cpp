@@ -310,7 +310,8 @@ constexpr int kTileActs = 4;
 
 using DecodeFn = void (*)(const uint8_t*, const Iq2Codes&, Decoded&);
 
-// Matrix-vector product: tiles of 4 rows, each block's activation prepared once per tile.
+// Matrix-vector product: tiles of 4 rows, each block's activation prepared once per tile; the
+// weight stream is prefetched kMatVecPrefetchAhead bytes ahead of each row (rows are the streams).
 template <Type T, DecodeFn Decode, size_t BlockBytes>
 LES_IQ2_VBMI void matvec(int64_t n, const uint8_t* w, size_t w_stride, int64_t nr, const uint8_t* a, float* y) {
   const int64_t nb = n / QK_K;
@@ -333,7 +334,9 @@ LES_IQ2_VBMI void matvec(int64_t n, const uint8_t* w, size_t w_stride, int64_t n
       for (int r = 0; r < kTileRows; ++r) {
         if (r < rr) {
           Decoded dec;
-          Decode(w + static_cast<size_t>(r0 + r) * w_stride + i * BlockBytes, codes, dec);
+          const uint8_t* blk = w + static_cast<size_t>(r0 + r) * w_stride + i * BlockBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(blk + kMatVecPrefetchAhead), _MM_HINT_T0);
+          Decode(blk, codes, dec);
           acc[r] = block_acc_abs(dec, abs_a, neg_a);
           dw[r] = dec.d;
         } else {
