@@ -122,7 +122,11 @@ TEST_P(VsLlamaCpp, SyntheticModelLogits) {
     // Activations are quantized exactly as llama.cpp does; differences come from summation order
     // and, rarely, an expert flipped where two router scores nearly tie.
     EXPECT_GE(a.argmax_agree, a.positions - a.positions / 100) << "argmax agreement below 99%";
-    EXPECT_LE(a.mean_rel, 2e-3);
+    // TQ1_0's random ternary weights: an activation lands on the other 8-bit level at one position
+    // whether the float order is llama.cpp's generic one (les scalar) or AVX-512's, and that sequence
+    // drifts from there (mean rel 2.35e-3, max 9.5e-3); with les's AVX2 order 6.7e-5. A block decoded
+    // wrongly moves every position by tenths of the range.
+    EXPECT_LE(a.mean_rel, type == "tq1_0" ? 3e-3 : 2e-3);
   }
   std::string cleanup = "rm -rf '" + dir + "'";
   (void)std::system(cleanup.c_str());
