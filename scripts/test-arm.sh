@@ -8,7 +8,8 @@
 # Chosen to fit in CI (emulated code runs 30-70x slower; about 1.5 minutes on this 2-core VM, the
 # emulated runs side by side).
 # On both CPU models (the kernels and the models they compute):
-#   kernels    Isas/QuantSimd.* (neon, dotprod, i8mm against scalar: every type, random, adversarial
+#   kernels    Isas/QuantSimd.* and the low-bit suites (Iq1*, Iq2*, QuantIq3*, Lowbit*: IQ1/IQ2/IQ3,
+#              TQ1_0/TQ2_0, MXFP4/NVFP4) (neon, dotprod, i8mm against scalar: every type, random, adversarial
 #              and misaligned blocks, gemm == vec_dot bit for bit, quantizers bit-identical),
 #              KernelIsas.*, QuantRefDispatch.* (the dispatch against the aux vector), QuantRefLayout.*,
 #              QuantRefAct.*, DequantSimd.*, BatchedProducts.Matmul* (threads and batch shapes)
@@ -47,6 +48,7 @@ if [ -n "$missing" ]; then
 fi
 
 FILES="test_quant_simd;test_quant_ref;test_dequant_simd;test_batched_products;test_cross_arch;test_model_tiny;test_qwen35moe;test_pack;test_tokenizer;test_streaming;test_storage_io"
+FILES+=";test_quant_iq1;test_quant_iq2;test_quant_iq3;test_quant_lowbit"
 # The library without what these suites never link (the server, chat templates, benchmarks, quality
 # tools: portable code the x86-64 build compiles with the same -Werror; vision: its image decoder
 # needs libstb-dev, which the cross build does not install), and no les
@@ -63,6 +65,11 @@ echo "test-arm: cross build $((T1 - T0)) s"
 
 BOTH='Isas/QuantSimd.*:KernelIsas.*:QuantRefDispatch.*:QuantRefLayout.*:QuantRefAct.*:DequantSimd.*'
 BOTH+=':BatchedProducts.Matmul*:CrossArch.*:ModelTiny.ReferenceLogitsMatchLlamaCpp:ModelTiny.BadInputIsAnError'
+# The low-bit types: each ISA's kernels against scalar, gemm == vec_dot, and the scalar reference
+# against llama.cpp's recorded results (the quantizers' statistics are portable code: x86-64 runs them).
+BOTH+=':Isa/Iq1Simd.*:Iq1SimdArm.*:Iq1Ref.*:Isas/Iq2Simd.*:Iq2LlamaCpp.*:Isas/QuantIq3Simd.*:QuantIq3SimdArm.*'
+BOTH+=':QuantIq3.DequantizeMatchesLlamaCpp:QuantIq3.VecDotMatchesLlamaCpp:Isas/LowbitSimd.*:LowbitLlama.DequantizeBitExact'
+BOTH+=':LowbitLlama.VecDotAgrees'
 MAX_ONLY=':Qwen35Moe.*:Pack.SyntheticLogitsBitIdentical:Tokenizer*.*'
 MAX_ONLY+=':Streaming.BitIdenticalAcrossSchedulesCachesThreadsAndIoModes:Streaming.ChunkedReads*'
 MAX_ONLY+=':Streaming.ResidentExpertsComputeFirst:Streaming.BudgetTooSmall*:StorageIo*.*'

@@ -101,7 +101,7 @@ using RefQuantizeFn = void (*)(const float* x, void* y, int64_t n, const float* 
 // the importance.
 RefQuantizeFn ref_weight_quantizer(Type t);
 // The same for the low-bit families' types (nullptr for any other type). IQ1_* and IQ2_* need an
-// importance vector, as in llama.cpp: their quantizers throw Error when it is nullptr.
+// importance vector (IQ2_S does not), as in llama.cpp: their quantizers throw Error when it is nullptr.
 RefQuantizeFn ref_weight_quantizer_iq2(Type t);
 RefQuantizeFn ref_weight_quantizer_iq3(Type t);
 RefQuantizeFn ref_weight_quantizer_iq1(Type t);
