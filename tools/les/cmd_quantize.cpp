@@ -45,11 +45,14 @@ std::vector<Type> parse_type_list(const std::string& s) {
 int cmd_quantize(int argc, char** argv) {
   Args a("quantize",
          "convert a model's weights:\n"
-         "  les quantize IN.gguf OUT.gguf TYPE [--imatrix FILE]   TYPE: a type (q4_K, iq4_xs, q8_0, f16: every matrix),\n"
-         "      a recipe (q4_k_m, Q3_K_S, ...) or a llama.cpp ftype in upper case (Q2_K, Q6_K, IQ4_XS: its recipe)\n"
+         "  les quantize IN.gguf OUT.gguf TYPE [--imatrix FILE]   TYPE: a type (q4_K, iq4_xs, iq2_xxs, q8_0, f16: every\n"
+         "      matrix), a recipe (q4_k_m, Q3_K_S, iq2_m, IQ3_XS, mxfp4_moe, ...) or a llama.cpp ftype in upper case\n"
+         "      (Q2_K, Q6_K, IQ4_XS, IQ2_XXS, IQ1_S, TQ1_0: its recipe); each tensor gets the type llama-quantize gives\n"
+         "      it. IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS Q2_K_S need --imatrix, as in llama-quantize\n"
          "  les quantize IN.gguf OUT.gguf --target-size SIZE | --target-bpw B --calib TEXT [--imatrix FILE]\n"
          "      mixed precision: each tensor group's type chosen from its measured sensitivity (KL divergence on\n"
-         "      the calibration text) for the least predicted KL divergence within the target",
+         "      the calibration text) for the least predicted KL divergence within the target; the types that need\n"
+         "      an importance matrix (IQ1_*, IQ2_*, IQ3_XXS) are candidates only with --imatrix",
          {{{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"--force"}, false, "overwrite OUT if it exists"},
           {{"--exact"}, false, "use the reference quantizer (about 40x slower; the default fast one's weighted error "
