@@ -63,13 +63,26 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
                        "routers)", static_cast<unsigned long long>(r.target_bytes),
                        static_cast<unsigned long long>(r.fixed_bytes)));
   }
+  // Types whose quantizers need an importance matrix are no candidates without one.
+  const bool with_importance = static_cast<bool>(opt.importance);
+  auto usable = [&](Type t) { return with_importance || !quantizer_needs_importance(t); };
+  if (!with_importance) {
+    for (Type t : weight_types()) {
+      if (!quantizer_needs_importance(t)) continue;
+      if (opt.sensitivity.candidates.empty() ||
+          std::find(opt.sensitivity.candidates.begin(), opt.sensitivity.candidates.end(), t) !=
+              opt.sensitivity.candidates.end()) {
+        r.excluded_types.push_back(t);
+      }
+    }
+  }
   // The cheapest allocation, checked before the (long) measurement.
   {
     uint64_t min_bytes = r.fixed_bytes;
     for (const TensorGroup& g : groups) {
       uint64_t m = g.src_bytes();
       for (Type t : weight_types()) {
-        if (g.fits(t) && (opt.sensitivity.candidates.empty() ||
+        if (g.fits(t) && usable(t) && (opt.sensitivity.candidates.empty() ||
                           std::find(opt.sensitivity.candidates.begin(), opt.sensitivity.candidates.end(), t) !=
                               opt.sensitivity.candidates.end())) {
           m = std::min(m, g.bytes(t));
@@ -109,11 +122,19 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
   if (opt.report_out) *opt.report_out = rep;
 
   std::vector<AllocItem> items;
+  std::vector<std::vector<size_t>> option_of(rep.groups.size());  // item option -> candidate index
   double budget = 0;
-  for (const GroupSensitivity& gs : rep.groups) {
+  for (size_t i = 0; i < rep.groups.size(); ++i) {
+    const GroupSensitivity& gs = rep.groups[i];
     AllocItem it;
     it.id = gs.group.id();
-    for (const CandidateResult& c : gs.candidates) it.options.push_back(AllocOption{cost_of(gs.group, c.bytes), c.dkld});
+    for (size_t k = 0; k < gs.candidates.size(); ++k) {
+      const CandidateResult& c = gs.candidates[k];
+      // A saved sensitivity (--sensitivity) may have been measured with an importance matrix.
+      if (!c.keep && !usable(c.type)) continue;
+      it.options.push_back(AllocOption{cost_of(gs.group, c.bytes), c.dkld});
+      option_of[i].push_back(k);
+    }
     items.push_back(std::move(it));
     budget += cost_of(gs.group, static_cast<uint64_t>(static_cast<double>(gs.group.n_elements()) * ref_bpw / 8.0));
   }
@@ -121,7 +142,7 @@ MixedRecipe plan_mixed(const std::string& in_path, const MixedOptions& opt, cons
   const AllocResult a = allocate(items, budget);
   for (size_t i = 0; i < rep.groups.size(); ++i) {
     const GroupSensitivity& gs = rep.groups[i];
-    const CandidateResult& c = gs.candidates[static_cast<size_t>(a.choice[i])];
+    const CandidateResult& c = gs.candidates[option_of[i][static_cast<size_t>(a.choice[i])]];
     RecipeEntry e;
     e.group = gs.group.id();
     e.layer = gs.group.layer;
@@ -254,6 +275,11 @@ std::string format_recipe(const MixedRecipe& r) {
                 "total", "", static_cast<unsigned long long>(r.predicted_bytes), r.predicted_kld,
                 static_cast<double>(r.predicted_bytes) / (1 << 20), r.total_bpw());
   s += line;
+  if (!r.excluded_types.empty()) {
+    s += "not candidates without an importance matrix (--imatrix):";
+    for (Type t : r.excluded_types) s += std::string(" ") + type_name(t);
+    s += "\n";
+  }
   // Layer x kind grid.
   std::vector<std::string> kinds;
   int n_layer = 0;

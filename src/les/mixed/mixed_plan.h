@@ -57,6 +57,8 @@ struct MixedRecipe {
   double seconds = 0;
   std::string cost_model = "file";  // "file" or "stream"
   std::string imatrix;
+  // Candidate types left out because no importance matrix was given (quantizer_needs_importance).
+  std::vector<Type> excluded_types;
   // Stream cost model: expert bytes streamed per token, dense bytes priced by the misses their
   // cache space would have saved; of the allocation and of a uniform file of the target size.
   double stream_bytes_per_token = 0;

@@ -57,8 +57,9 @@ double sampled_rel_error(const uint8_t* src, const GroupTensor& t, Type dst, int
 namespace {
 
 // Candidate types of a group: those les runs that fit its rows and have fewer bits per weight than
-// its source; then the source itself (keep).
-std::vector<CandidateResult> candidates_of(const TensorGroup& g, const SensitivityOptions& opt) {
+// its source, less those that need an importance matrix when there is none; then the source
+// itself (keep).
+std::vector<CandidateResult> candidates_of(const TensorGroup& g, const SensitivityOptions& opt, bool with_importance) {
   std::vector<CandidateResult> out;
   const double src_bpw = g.src_bpw();
   for (Type t : weight_types()) {
@@ -66,6 +67,7 @@ std::vector<CandidateResult> candidates_of(const TensorGroup& g, const Sensitivi
       continue;
     }
     if (!g.fits(t) || type_bpw(t) >= src_bpw) continue;
+    if (!with_importance && quantizer_needs_importance(t)) continue;
     CandidateResult c;
     c.type = t;
     c.bytes = g.bytes(t);
@@ -241,7 +243,7 @@ SensitivityReport measure_sensitivity(Model& model, std::span<const int32_t> cal
   for (const TensorGroup& g : groups) {
     GroupSensitivity gs;
     gs.group = g;
-    gs.candidates = candidates_of(g, opt);
+    gs.candidates = candidates_of(g, opt, static_cast<bool>(importance));
     for (CandidateResult& c : gs.candidates) {
       if (c.keep) continue;
       double e = 0, w = 0;
