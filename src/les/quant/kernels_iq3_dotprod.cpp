@@ -1,9 +1,12 @@
-// dotprod kernels of IQ3_XXS, IQ3_S. (Being written: the table keeps the entries of the ISA below.)
+// dotprod (SDOT) kernels of IQ3_XXS, IQ3_S against Q8_K: vec_dot and a gemm of 1 weight row x up
+// to 8 activation rows (iq_arm_tiles.h; this unit is built with +dotprod, so the block sums use
+// SDOT); both give the scalar reference's floats bit for bit.
 
+#include "les/quant/iq3_arm.h"
 #include "les/quant/kernels_internal.h"
 
 namespace les {
 
-void fill_kernel_table_dotprod_iq3(KernelTable&) {}
+void fill_kernel_table_dotprod_iq3(KernelTable& t) { iq3_arm::fill_row_tiles(t); }
 
 }  // namespace les
