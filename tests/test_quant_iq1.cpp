@@ -615,5 +615,29 @@ INSTANTIATE_TEST_SUITE_P(Isa, Iq1Simd,
                          ::testing::Values(Isa::avx2, Isa::avx_vnni, Isa::avx512, Isa::neon, Isa::dotprod, Isa::i8mm),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
+#if defined(__aarch64__)
+// The aarch64 tables hold kernels of their own for these types, so the cases above test them and
+// not entries inherited from the ISA below: neon and dotprod a vec_dot and a gemm each, i8mm an
+// SMMLA gemm over the dotprod vec_dot it keeps.
+TEST(Iq1SimdArm, ArmTablesHaveTheirOwnKernels) {
+  const KernelTable* scalar = kernel_table(Isa::scalar);
+  const KernelTable* neon = kernel_table(Isa::neon);
+  const KernelTable* dotprod = kernel_table(Isa::dotprod);
+  const KernelTable* i8mm = kernel_table(Isa::i8mm);
+  ASSERT_TRUE(scalar && neon && dotprod && i8mm);
+  for (Type t : kIq1Types) {
+    const int k = tid(t);
+    EXPECT_NE(neon->vec_dot[k], scalar->vec_dot[k]) << type_name(t);
+    EXPECT_NE(neon->gemm[k], nullptr) << type_name(t);
+    EXPECT_NE(dotprod->vec_dot[k], neon->vec_dot[k]) << type_name(t);
+    EXPECT_NE(dotprod->gemm[k], nullptr) << type_name(t);
+    EXPECT_NE(dotprod->gemm[k], neon->gemm[k]) << type_name(t);
+    EXPECT_EQ(i8mm->vec_dot[k], dotprod->vec_dot[k]) << type_name(t);
+    EXPECT_NE(i8mm->gemm[k], nullptr) << type_name(t);
+    EXPECT_NE(i8mm->gemm[k], dotprod->gemm[k]) << type_name(t);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace les

@@ -1,9 +1,12 @@
-// dotprod kernels of IQ1_S, IQ1_M. (Being written: the table keeps the entries of the ISA below.)
+// dotprod (SDOT) kernels of IQ1_S, IQ1_M against Q8_K: vec_dot and a gemm of 1 weight row x up
+// to 8 activation rows (iq_arm_tiles.h; this unit is built with +dotprod, so the block sums use
+// SDOT); both give the scalar reference's floats bit for bit.
 
+#include "les/quant/iq1_arm.h"
 #include "les/quant/kernels_internal.h"
 
 namespace les {
 
-void fill_kernel_table_dotprod_iq1(KernelTable&) {}
+void fill_kernel_table_dotprod_iq1(KernelTable& t) { iq1_arm::fill_row_tiles(t); }
 
 }  // namespace les
