@@ -11,7 +11,8 @@
 # llama-imatrix, llama-quantize and llama-perplexity in $LLAMA_BIN (default /work/llama.cpp/build/bin)
 # and les in $LES (default ./build/les). Each type's file is llama-quantize --pure (every matrix the
 # type; rows of 128 fall back as llama.cpp does, to IQ4_NL or Q5_0/Q8_0), token_embd Q8_0 for the
-# IQ1/IQ2 types (no importance for a lookup table); NVFP4, which llama-quantize has no ftype for, by
+# IQ1/IQ2 types (no importance for a lookup table; IQ2_S through llama.cpp's IQ2_M ftype, whose default
+# type it is); NVFP4, which llama-quantize has no ftype for, by
 # --tensor-type on every matrix over Q8_0. Results: WORKDIR/exactness.md.
 set -euo pipefail
 model=$1 val=$2 work=$3
@@ -35,7 +36,10 @@ for t in "${types[@]}"; do
       for n in attn_q attn_k attn_v attn_output ffn_gate_exps ffn_up_exps ffn_down_exps output; do args+=(--tensor-type "$n=nvfp4"); done
       "$B/llama-quantize" "${args[@]}" "$model" "$f" Q8_0 2 > "$work/q-$t.log" 2>&1
     else
-      "$B/llama-quantize" --pure --imatrix "$work/imatrix.gguf" --token-embedding-type q8_0 "$model" "$f" "$t" 2 \
+      # The ftype whose default type is t: llama.cpp's IQ2_S ftype means IQ2_XS tensors, IQ2_M means IQ2_S.
+      ftype=$t
+      [ "$t" = IQ2_S ] && ftype=IQ2_M
+      "$B/llama-quantize" --pure --imatrix "$work/imatrix.gguf" --token-embedding-type q8_0 "$model" "$f" "$ftype" 2 \
         > "$work/q-$t.log" 2>&1
     fi
   fi

@@ -1,4 +1,5 @@
-// i8mm kernels of IQ2_XXS, IQ2_XS, IQ2_S. (Being written: the table keeps the entries of the ISA below.)
+// i8mm: no IQ2 kernels of its own. The table keeps dotprod's vec_dot and gemm for IQ2_XXS, IQ2_XS and
+// IQ2_S (exact, bit-identical to the scalar reference); an SMMLA tile would speed up prefill only.
 
 #include "les/quant/kernels_internal.h"
 
