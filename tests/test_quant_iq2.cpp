@@ -639,9 +639,11 @@ TEST(Iq2Quant, AsGoodAsLlamaCpp) {
 // the table below; avx512 replaces avx2's where the CPU has AVX512-VBMI; avxvnni keeps avx2's.
 TEST_P(Iq2Simd, HasKernelsOfItsOwn) {
   const Isa isa = GetParam();
+  // The table each ISA is derived from (dispatch.cpp): i8mm from dotprod, avx512 and avxvnni from avx2.
   const KernelTable* below = kernel_table(isa == Isa::avx2 || isa == Isa::neon ? Isa::scalar
-                                          : isa == Isa::dotprod || isa == Isa::i8mm ? Isa::neon
-                                                                                     : Isa::avx2);
+                                          : isa == Isa::dotprod                 ? Isa::neon
+                                          : isa == Isa::i8mm                    ? Isa::dotprod
+                                                                                : Isa::avx2);
   for (Type t : kIq2Types) {
     EXPECT_NE(simd_->gemm[tid(t)], nullptr) << type_name(t);
     bool own = isa != Isa::avx_vnni && isa != Isa::i8mm;
