@@ -101,19 +101,25 @@ inline int dot8(const int8_t* q8, uint64_t g, uint8_t s) {
 }
 
 // The float steps shared by the three types: sumf += (d_w * d_a) * bsum per block, 0.125 at the end.
-template <typename Block, int (*BlockSum)(const Block&, const int8_t*)>
+// Blocks are passed as bytes (rows may start at any byte: a template argument would drop the
+// alignment-1 attribute of the block_*_u typedefs); each type's d is its first field.
+template <size_t BlockBytes, int (*BlockSum)(const uint8_t*, const int8_t*)>
 float dot_q8_K(int64_t n, const void* vw, const void* va) {
-  const auto* x = static_cast<const Block*>(vw);
+  const auto* x = static_cast<const uint8_t*>(vw);
   const auto* y = static_cast<const block_q8_K_u*>(va);
   float sumf = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    const float d = fp16_to_f32(x[i].d) * y[i].d;
-    sumf += d * static_cast<float>(BlockSum(x[i], y[i].qs));
+    const uint8_t* b = x + static_cast<size_t>(i) * BlockBytes;
+    half_bits dw;
+    std::memcpy(&dw, b, sizeof dw);
+    const float d = fp16_to_f32(dw) * y[i].d;
+    sumf += d * static_cast<float>(BlockSum(b, y[i].qs));
   }
   return 0.125f * sumf;
 }
 
-int bsum_iq2_xxs(const block_iq2_xxs_u& b, const int8_t* q8) {
+int bsum_iq2_xxs(const uint8_t* p, const int8_t* q8) {
+  const auto& b = *reinterpret_cast<const block_iq2_xxs_u*>(p);
   int bsum = 0;
   for (int ib = 0; ib < QK_K / 32; ++ib) {
     const Iq2xxsSub sub = iq2xxs_sub(reinterpret_cast<const uint8_t*>(&b) + offsetof(block_iq2_xxs, qs), ib);
@@ -124,7 +130,8 @@ int bsum_iq2_xxs(const block_iq2_xxs_u& b, const int8_t* q8) {
   return bsum;
 }
 
-int bsum_iq2_xs(const block_iq2_xs_u& b, const int8_t* q8) {
+int bsum_iq2_xs(const uint8_t* p, const int8_t* q8) {
+  const auto& b = *reinterpret_cast<const block_iq2_xs_u*>(p);
   int bsum = 0;
   for (int ib = 0; ib < QK_K / 32; ++ib) {
     for (int h = 0; h < 2; ++h) {
@@ -139,7 +146,8 @@ int bsum_iq2_xs(const block_iq2_xs_u& b, const int8_t* q8) {
   return bsum;
 }
 
-int bsum_iq2_s(const block_iq2_s_u& b, const int8_t* q8) {
+int bsum_iq2_s(const uint8_t* p, const int8_t* q8) {
+  const auto& b = *reinterpret_cast<const block_iq2_s_u*>(p);
   int bsum = 0;
   for (int ib = 0; ib < QK_K / 32; ++ib) {
     for (int h = 0; h < 2; ++h) {
@@ -502,9 +510,9 @@ void fill_kernel_table_scalar_iq2(KernelTable& t) {
   t.dequantize[static_cast<int>(Type::IQ2_XXS)] = r::dequant_iq2_xxs;
   t.dequantize[static_cast<int>(Type::IQ2_XS)] = r::dequant_iq2_xs;
   t.dequantize[static_cast<int>(Type::IQ2_S)] = r::dequant_iq2_s;
-  t.vec_dot[static_cast<int>(Type::IQ2_XXS)] = r::dot_q8_K<block_iq2_xxs_u, r::bsum_iq2_xxs>;
-  t.vec_dot[static_cast<int>(Type::IQ2_XS)] = r::dot_q8_K<block_iq2_xs_u, r::bsum_iq2_xs>;
-  t.vec_dot[static_cast<int>(Type::IQ2_S)] = r::dot_q8_K<block_iq2_s_u, r::bsum_iq2_s>;
+  t.vec_dot[static_cast<int>(Type::IQ2_XXS)] = r::dot_q8_K<sizeof(block_iq2_xxs), r::bsum_iq2_xxs>;
+  t.vec_dot[static_cast<int>(Type::IQ2_XS)] = r::dot_q8_K<sizeof(block_iq2_xs), r::bsum_iq2_xs>;
+  t.vec_dot[static_cast<int>(Type::IQ2_S)] = r::dot_q8_K<sizeof(block_iq2_s), r::bsum_iq2_s>;
 }
 
 namespace {
