@@ -9,15 +9,16 @@
 # whole-validation-text quality runs on the trained model (QualityTrained*: 65k tokens of forward
 # passes, minutes in Release, far too long instrumented) and the whole-model quantizations
 # (MixedQuantize.HitsTheSizeTarget, QuantFast.QuantizeCommand: the same reference arithmetic
-# for 40 s each instrumented; smaller tests of the same code paths stay); the Release run keeps
-# them. TSan also leaves out the single-threaded suites (TSAN_EXCLUDE). Benchmarks and
+# for 40 s each instrumented; RecipeFiles.SizesEqualLlamaQuantize: every low-bit recipe of two
+# synthetic models through the reference quantizers, 60 s in Release, over 15 minutes instrumented;
+# smaller tests of the same code paths stay); the Release run keeps them. TSan also leaves out the single-threaded suites (TSAN_EXCLUDE). Benchmarks and
 # the CLI are not built. Any sanitizer report fails the test that triggered it.
 #   scripts/test-sanitizers.sh [asan|tsan|all] (default all); LES_SAN_JOBS parallel jobs (nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 JOBS=${LES_SAN_JOBS:-$(nproc)}
-EXCLUDE='VsLlamaCpp|QualityTrained|ImatrixLlamaAgreement|MixedQuantize\.HitsTheSizeTarget|QuantFast\.QuantizeCommand'
+EXCLUDE='VsLlamaCpp|QualityTrained|ImatrixLlamaAgreement|MixedQuantize\.HitsTheSizeTarget|QuantFast\.QuantizeCommand|RecipeFiles\.SizesEqualLlamaQuantize'
 # ASan also leaves out five long runs whose code other tests cover under it: the whole-model logits
 # at every ISA (the kernels run under ASan in QuantSimd, with guard pages), llama.cpp's own
 # vocabulary files (the same parser as the other vocabulary tests), a disk-timing test, every
