@@ -1,5 +1,6 @@
-// Codebooks and sign tables of the i-quants (IQ1_S/IQ1_M, IQ2_XXS/IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S) and
-// the E2M1 values of MXFP4/NVFP4: constants of the GGUF format (llama.cpp's ggml-common.h).
+// Codebooks and sign tables of the i-quants (IQ1_S/IQ1_M, IQ2_XXS/IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S) and the
+// E2M1 values of MXFP4/NVFP4: constants of the GGUF format (llama.cpp's ggml-common.h). The grids are
+// defined per family in iq1_grids.cpp, iq2_grids.cpp and iq3_grids.cpp.
 #pragma once
 
 #include <cstdint>
