@@ -45,13 +45,10 @@ cache::RoutingTrace record_routing(const Model& model, std::span<const int32_t> 
     if (!L.router.present()) return;
     logits.resize(static_cast<size_t>(n_tok) * static_cast<size_t>(c.n_expert));
     matmul(L.router, x, n_tok, width, logits.data(), c.n_expert, pool, scratch);
-    RouterParams rp{c.n_expert, c.n_expert_used, c.norm_topk, c.expert_weights_scale};
-    std::vector<int32_t> ids(static_cast<size_t>(c.n_expert_used));
-    std::vector<float> w(static_cast<size_t>(c.n_expert_used));
-    for (int64_t i = 0; i < n_tok; ++i) {
-      route_softmax_topk(rp, logits.data() + static_cast<size_t>(i) * static_cast<size_t>(c.n_expert), ids.data(), w.data());
-      per_layer[static_cast<size_t>(layer)].insert(per_layer[static_cast<size_t>(layer)].end(), ids.begin(), ids.end());
-    }
+    std::vector<int32_t> ids(static_cast<size_t>(n_tok) * static_cast<size_t>(c.n_expert_used));
+    std::vector<float> w(ids.size());
+    route_layer(router_params(c), L, logits.data(), n_tok, ids.data(), w.data());
+    per_layer[static_cast<size_t>(layer)].insert(per_layer[static_cast<size_t>(layer)].end(), ids.begin(), ids.end());
   });
   const int64_t n_avail = static_cast<int64_t>(tokens.size()) / n_ctx;
   const int n_win = static_cast<int>(std::min<int64_t>(n_avail, n_windows));

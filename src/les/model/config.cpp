@@ -1,5 +1,9 @@
 #include "les/model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "les/model/config_arch.h"
 #include "les/util/error.h"
 
 namespace les {
@@ -13,6 +17,10 @@ const char* arch_name(Arch a) {
     case Arch::qwen3: return "qwen3";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen35moe: return "qwen35moe";
+    case Arch::deepseek2: return "deepseek2";
+    case Arch::glm4moe: return "glm4moe";
+    case Arch::gpt_oss: return "gpt-oss";
+    case Arch::qwen3next: return "qwen3next";
   }
   return "?";
 }
@@ -119,7 +127,72 @@ void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c
   }
 }
 
+// YaRN as llama.cpp applies it (llama_context's yarn_attn_factor): ext_factor 1, and an attention
+// factor that cancels the magnitude scaling the rope kernel applies, corrected by the DeepSeek
+// mscale_all_dim (rope.scaling.yarn_log_multiplier, stored x 0.1 by the converter).
+void read_yarn(const gguf::File& f, const std::string& path, const std::string& p, ModelConfig& c) {
+  c.yarn_ext_factor = 1.0f;
+  c.yarn_beta_fast = static_cast<float>(f.get_float(p + "rope.scaling.yarn_beta_fast", 32.0));
+  c.yarn_beta_slow = static_cast<float>(f.get_float(p + "rope.scaling.yarn_beta_slow", 1.0));
+  if (c.arch == Arch::deepseek2) {
+    c.rope_yarn_log_mul = static_cast<float>(f.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0)) / 0.1f;
+  }
+  const auto mscale = [](float scale, float m) { return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f; };
+  const float factor = 1.0f / c.rope_freq_scale;
+  if (c.rope_yarn_log_mul != 0.0f) {
+    const float all_dims = c.rope_yarn_log_mul;
+    const float m = c.arch == Arch::deepseek2 && all_dims != 1.0f ? all_dims : 1.0f;
+    c.yarn_attn_factor = mscale(factor, m) / mscale(factor, all_dims);
+  } else {
+    c.yarn_attn_factor = mscale(factor, 1.0f);
+  }
+  c.yarn_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  c.yarn_attn_factor *= static_cast<float>(f.get_float(p + "rope.scaling.attn_factor", 1.0));
+  if (!(c.yarn_attn_factor > 0.0f) || !std::isfinite(c.yarn_attn_factor)) {
+    throw Error(strfmt("%s: YaRN attention factor %g is not a positive number", path.c_str(), c.yarn_attn_factor));
+  }
+}
+
+// Routing of DeepSeek / GLM-4.5 style MoE: the gating function, expert groups, the dense lead
+// layers and their width. gating_default applies when expert_gating_func is absent.
+void read_routing(const gguf::File& f, const std::string& path, const std::string& p, ModelConfig& c,
+                  Gating gating_default) {
+  const int g = get_opt_int(f, p + "expert_gating_func", path, 0, 0, 3);
+  if (g == 0) c.gating = gating_default;
+  else if (g == 1) c.gating = Gating::softmax;
+  else if (g == 2) c.gating = Gating::sigmoid;
+  else throw Error(strfmt("%s: %sexpert_gating_func = %d is not supported (1 softmax, 2 sigmoid)", path.c_str(), p.c_str(), g));
+  c.norm_topk = f.get_bool(p + "expert_weights_norm", false);
+  c.n_expert_groups = std::max(1, get_opt_int(f, p + "expert_group_count", path, 1, 0, 1 << 16));
+  c.n_group_used = std::max(1, get_opt_int(f, p + "expert_group_used_count", path, 1, 0, 1 << 16));
+  if (c.n_expert_groups > 1) {
+    if (c.n_expert % c.n_expert_groups != 0) {
+      throw Error(strfmt("%s: %sexpert_count %d is not a multiple of expert_group_count %d", path.c_str(), p.c_str(),
+                         c.n_expert, c.n_expert_groups));
+    }
+    if (c.n_group_used >= c.n_expert_groups) {
+      throw Error(strfmt("%s: %sexpert_group_used_count %d must be below expert_group_count %d", path.c_str(),
+                         p.c_str(), c.n_group_used, c.n_expert_groups));
+    }
+    if (c.n_expert / c.n_expert_groups < 2) {
+      throw Error(strfmt("%s: expert groups of fewer than 2 experts are not supported", path.c_str()));
+    }
+    if (int64_t(c.n_group_used) * (c.n_expert / c.n_expert_groups) < c.n_expert_used) {
+      throw Error(strfmt("%s: %d groups of %d experts cannot hold expert_used_count %d", path.c_str(), c.n_group_used,
+                         c.n_expert / c.n_expert_groups, c.n_expert_used));
+    }
+  }
+  c.n_layer_dense_lead = get_opt_int(f, p + "leading_dense_block_count", path, 0, 0, c.n_layer);
+}
+
 }  // namespace
+
+int config_int(const gguf::File& f, const std::string& key, const std::string& path, int64_t lo, int64_t hi) {
+  return get_pos_int(f, key, path, lo, hi);
+}
+int config_int_or(const gguf::File& f, const std::string& key, const std::string& path, int def, int64_t lo, int64_t hi) {
+  return get_opt_int(f, key, path, def, lo, hi);
+}
 
 ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
   ModelConfig c;
@@ -135,9 +208,14 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
   else if (a == "qwen3") c.arch = Arch::qwen3;
   else if (a == "qwen2") c.arch = Arch::qwen2;
   else if (a == "qwen35moe") c.arch = Arch::qwen35moe;
+  else if (a == "deepseek2") c.arch = Arch::deepseek2;
+  else if (a == "glm4moe") c.arch = Arch::glm4moe;
+  else if (a == "gpt-oss") c.arch = Arch::gpt_oss;
+  else if (a == "qwen3next") c.arch = Arch::qwen3next;
   else {
     throw Error(strfmt("%s: unsupported architecture '%s' (supported: qwen3moe, qwen2moe, olmoe, "
-                       "llama/Mixtral, qwen3, qwen2, qwen35moe)", path.c_str(), a.c_str()));
+                       "llama/Mixtral, qwen3, qwen2, qwen35moe, deepseek2, glm4moe, gpt-oss, qwen3next)",
+                       path.c_str(), a.c_str()));
   }
 
   c.n_layer = get_pos_int(f, p + "block_count", path, 1, 4096);
@@ -156,13 +234,15 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
   c.rope_freq_base = static_cast<float>(f.get_float(p + "rope.freq_base", 10000.0));
   if (!(c.rope_freq_base > 0.0f)) throw Error(strfmt("%s: %srope.freq_base must be > 0", path.c_str(), p.c_str()));
   const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
-  if (scaling == "linear") {
+  if (scaling == "linear" || scaling == "yarn") {
     const double factor = f.get_float(p + "rope.scaling.factor", 1.0);
     if (!(factor > 0.0)) throw Error(strfmt("%s: %srope.scaling.factor must be > 0", path.c_str(), p.c_str()));
     c.rope_freq_scale = static_cast<float>(1.0 / factor);
   } else if (scaling != "none") {
     throw Error(strfmt("%s: rope scaling type '%s' is not supported", path.c_str(), scaling.c_str()));
   }
+  c.n_ctx_orig_yarn = get_opt_int(f, p + "rope.scaling.original_context_length", path, c.n_ctx_train, 1, int64_t(1) << 30);
+  if (scaling == "yarn") read_yarn(f, path, p, c);
   c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
   if (!(c.rms_eps >= 0.0f)) throw Error(strfmt("%s: rms epsilon must be >= 0", path.c_str()));
 
@@ -188,6 +268,27 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
       c.shared_expert_gate = true; c.attn_output_gate = true;
       read_qwen35moe(f, path, c);
       break;
+    // Architecture-specific keys (attention variants, MTP blocks) are read in config_<arch>.cpp.
+    case Arch::deepseek2:
+      c.rope_type = RopeType::norm; c.moe = true;
+      read_routing(f, path, p, c, Gating::softmax);
+      read_deepseek2(f, path, c);
+      break;
+    case Arch::glm4moe:
+      c.rope_type = RopeType::neox; c.moe = true;
+      read_glm4moe(f, path, c);
+      read_routing(f, path, p, c, Gating::sigmoid);
+      break;
+    case Arch::gpt_oss:
+      c.rope_type = RopeType::neox; c.moe = true; c.gating = Gating::softmax_weight;
+      c.expert_act = ExpertAct::swiglu_oai;
+      read_gpt_oss(f, path, c);
+      break;
+    case Arch::qwen3next:
+      c.rope_type = RopeType::neox; c.qk_norm = QkNorm::per_head; c.moe = true; c.norm_topk = true;
+      c.shared_expert_gate = true; c.attn_output_gate = true;
+      read_qwen3next(f, path, c);
+      break;
   }
   if (c.moe) {
     if (c.n_expert < 1) throw Error(strfmt("%s: %sexpert_count must be > 0 for %s", path.c_str(), p.c_str(), a.c_str()));
@@ -201,7 +302,17 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
       c.n_ff_exp = get_opt_int(f, p + "expert_feed_forward_length", path, 0, 0, 1 << 24);
       if (c.n_ff_exp == 0) c.n_ff_exp = n_ff / c.n_expert_used;
     }
-    if (c.arch == Arch::qwen2moe || c.arch == Arch::qwen35moe) {
+    if (c.arch == Arch::deepseek2 || c.arch == Arch::glm4moe) {
+      // n shared experts of the routed width, stored as one; dense lead layers of width n_ff.
+      const int n_shared = get_opt_int(f, p + "expert_shared_count", path, 0, 0, 1 << 10);
+      c.n_ff_shexp = n_shared * c.n_ff_exp;
+      c.n_ff_dense = n_ff;
+      if (c.n_layer_dense_lead > 0 && c.n_ff_dense < 1) {
+        throw Error(strfmt("%s: %sfeed_forward_length is missing or 0 but %d leading layers are dense", path.c_str(),
+                           p.c_str(), c.n_layer_dense_lead));
+      }
+    }
+    if (c.arch == Arch::qwen2moe || c.arch == Arch::qwen35moe || c.arch == Arch::qwen3next) {
       c.n_ff_shexp = get_opt_int(f, p + "expert_shared_feed_forward_length", path, 0, 0, 1 << 24);
       if (c.n_ff_shexp == 0) c.n_ff_shexp = n_ff;
       if (c.n_ff_shexp < 1) {
@@ -210,7 +321,7 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
       }
     }
     // qwen35moe does not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
-    const double scale = c.arch == Arch::qwen35moe ? 0.0 : f.get_float(p + "expert_weights_scale", 0.0);
+    const double scale = c.arch == Arch::qwen35moe || c.arch == Arch::qwen3next ? 0.0 : f.get_float(p + "expert_weights_scale", 0.0);
     c.expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   } else {
     c.n_expert = 1;

@@ -10,11 +10,19 @@
 
 namespace les {
 
-enum class Arch { qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen2, qwen35moe };
+enum class Arch { qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen2, qwen35moe, deepseek2, glm4moe, gpt_oss, qwen3next };
 // norm: pairs (2i, 2i+1); neox: pairs (i, i + n_rot/2); imrope: neox pairs, interleaved M-RoPE
 // sections (text tokens: pairs of the e section stay at position 0).
 enum class RopeType { norm, neox, imrope };
 enum class QkNorm { none, per_head, full }; // RMSNorm of q/k per head, or over the whole q/k
+// How router logits become expert scores (llama.cpp's expert_gating_func):
+//   softmax: softmax over all experts, top-k of it;
+//   sigmoid: sigmoid per expert (DeepSeek-V3, GLM-4.5), top-k of sigmoid + the selection bias;
+//   softmax_weight: top-k of the logits, softmax over the k selected (gpt-oss).
+enum class Gating { softmax, sigmoid, softmax_weight };
+// The routed experts' activation: silu(gate) * up, or gpt-oss's clamped variant
+// (min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1)).
+enum class ExpertAct { swiglu, swiglu_oai };
 
 const char* arch_name(Arch a);
 
@@ -46,6 +54,23 @@ struct ModelConfig {
   bool shared_expert_gate = false;  // qwen2moe: shared expert scaled by sigmoid(w . x)
   bool norm_topk = false;    // renormalise the top-k router weights to sum 1
   float expert_weights_scale = 1.0f;
+  Gating gating = Gating::softmax;
+  ExpertAct expert_act = ExpertAct::swiglu;
+  int n_expert_groups = 1;   // grouped top-k: experts in n_expert_groups equal groups, of which the
+  int n_group_used = 1;      // n_group_used with the best top-2 score sums are eligible
+  // The first n_layer_dense_lead layers have a dense FFN of width n_ff_dense instead of experts
+  // (DeepSeek, GLM-4.5): no router, nothing streamed.
+  int n_layer_dense_lead = 0;
+  int n_ff_dense = 0;
+
+  // YaRN RoPE scaling (rope.scaling.type yarn): ext_factor 1 mixes interpolated and extrapolated
+  // frequencies between the correction dims of beta_fast / beta_slow; attn_factor scales cos/sin.
+  float yarn_ext_factor = 0.0f;
+  float yarn_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  int n_ctx_orig_yarn = 0;
+  float rope_yarn_log_mul = 0.0f;
 
   // Hybrid Gated DeltaNet / gated attention (qwen35moe).
   std::vector<uint8_t> recurrent;  // [n_layer]: 1 = Gated DeltaNet layer; empty = all attention
@@ -57,6 +82,9 @@ struct ModelConfig {
   int ssm_n_k_heads = 0;     // q/k heads (ssm.group_count)
   int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head h % n_k
 
+  // Whether layer il has routed experts (else: attention-only layers of a dense model, or a
+  // dense lead layer of a MoE model).
+  bool has_experts(int il) const { return moe && il >= n_layer_dense_lead; }
   bool is_recurrent(int il) const { return !recurrent.empty() && recurrent[static_cast<size_t>(il)] != 0; }
   int n_recurrent() const { int n = 0; for (uint8_t r : recurrent) n += r; return n; }
   int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_d_state; }

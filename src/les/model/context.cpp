@@ -419,6 +419,44 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
   if (observer_) observer_(il, "ffn_inp", h_.data(), n, E);
 }
 
+namespace {
+// rows[i][j] += b[j] for i < m, j < w.
+void add_row_bias(float* rows, int64_t m, int64_t w, const float* b) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* r = rows + i * w;
+    for (int64_t j = 0; j < w; ++j) r[j] = r[j] + b[j];
+  }
+}
+}  // namespace
+
+void Context::dense_lead_ffn(const LayerWeights& L, int il, int n) {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_dense;
+  ensure(sh_g_, sz(n) * sz(F));
+  ensure(sh_u_, sz(n) * sz(F));
+  if (matmul_observer_) {
+    observe(il, Product::ffn_gate, -1, xn_.data(), n, E);
+    observe(il, Product::ffn_up, -1, xn_.data(), n, E);
+  }
+  quantize_acts(act_type(L.ffn_gate.type), xn_.data(), n, E, E, acts_, &pool_);
+  if (act_type(L.ffn_up.type) == acts_.type) {
+    const MatmulJob jobs[] = {{&L.ffn_gate, sh_g_.data(), F}, {&L.ffn_up, sh_u_.data(), F}};
+    matmul_many(jobs, acts_, pool_);
+  } else {
+    matmul(L.ffn_gate, acts_, sh_g_.data(), F, pool_);
+    quantize_acts(act_type(L.ffn_up.type), xn_.data(), n, E, E, acts_, &pool_);
+    matmul(L.ffn_up, acts_, sh_u_.data(), F, pool_);
+  }
+  for (int64_t j = 0; j < int64_t(n) * F; ++j) sh_g_[sz(j)] = ops::silu(sh_g_[sz(j)]) * sh_u_[sz(j)];
+  if (matmul_observer_) observe(il, Product::ffn_down, -1, sh_g_.data(), n, F);
+  matmul(L.ffn_down, sh_g_.data(), n, F, tmp_.data(), E, pool_, acts2_);
+  if (observer_) observer_(il, "ffn_moe_out", tmp_.data(), n, E);
+  for (int i = 0; i < n; ++i) {
+    float* hr = h_.data() + sz(i) * sz(E);
+    const float* t = tmp_.data() + sz(i) * sz(E);
+    for (int64_t j = 0; j < E; ++j) hr[j] = t[j] + hr[j];
+  }
+}
+
 void Context::ffn(const LayerWeights& L, int il, int n) {
   const bool trunk = il < cfg_.n_layer;  // il == n_layer: the MTP block (expert layer n_layer)
   const int64_t E = cfg_.n_embd;
@@ -431,6 +469,11 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
   if (observer_) observer_(il, "ffn_norm", xn_.data(), n, E);
   if (trunk) experts_->on_router_input(il, xn_.data(), n);
 
+  if (cfg_.moe && !L.router.present()) {  // a dense lead layer of a MoE model: resident, not routed
+    dense_lead_ffn(L, il, n);
+    return;
+  }
+
   // Routing.
   ensure(sel_ids_, sz(n) * sz(K));
   ensure(sel_w_, sz(n) * sz(K));
@@ -438,11 +481,7 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
     ensure(router_logits_, sz(n) * sz(cfg_.n_expert));
     if (matmul_observer_) observe(il, Product::router, -1, xn_.data(), n, E);
     matmul(L.router, xn_.data(), n, E, router_logits_.data(), cfg_.n_expert, pool_, acts_);
-    RouterParams rp{cfg_.n_expert, K, cfg_.norm_topk, cfg_.expert_weights_scale};
-    for (int i = 0; i < n; ++i) {
-      route_softmax_topk(rp, router_logits_.data() + sz(i) * sz(cfg_.n_expert), sel_ids_.data() + sz(i) * sz(K),
-                         sel_w_.data() + sz(i) * sz(K));
-    }
+    route_layer(router_params(cfg_), L, router_logits_.data(), n, sel_ids_.data(), sel_w_.data());
     if (routing_observer_ && trunk) {
       routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, router_logits_.data(), cfg_.n_expert);
     }
@@ -496,9 +535,16 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       quantize_acts(act_type(ev.up.type), ex_in_.data(), m, E, E, acts_, &pool_);
       matmul(ev.up, acts_, ex_u_.data(), F, pool_);
     }
-    for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::silu(ex_g_[sz(j)]) * ex_u_[sz(j)];
+    if (L.gate_exps_b.present()) add_row_bias(ex_g_.data(), m, F, L.gate_exps_b.data + sz(expert) * sz(F));
+    if (L.up_exps_b.present()) add_row_bias(ex_u_.data(), m, F, L.up_exps_b.data + sz(expert) * sz(F));
+    if (cfg_.expert_act == ExpertAct::swiglu_oai) {
+      for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::swiglu_oai(ex_g_[sz(j)], ex_u_[sz(j)]);
+    } else {
+      for (int64_t j = 0; j < m * F; ++j) ex_g_[sz(j)] = ops::silu(ex_g_[sz(j)]) * ex_u_[sz(j)];
+    }
     if (matmul_observer_) observe(il, Product::ffn_down, expert, ex_g_.data(), m, F);
     matmul(ev.down, ex_g_.data(), m, F, ex_y_.data(), E, pool_, acts2_);
+    if (L.down_exps_b.present()) add_row_bias(ex_y_.data(), m, E, L.down_exps_b.data + sz(expert) * sz(E));
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(expert_out_.data() + sz(mem[sz(r)]) * sz(E), ex_y_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
     }

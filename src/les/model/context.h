@@ -146,6 +146,7 @@ class Context {
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.
   void eval_batches(int b, int e, bool all_logits, bool logits_last, int out_base);
   void ffn(const LayerWeights& L, int il, int n);
+  void dense_lead_ffn(const LayerWeights& L, int il, int n);  // a MoE model's dense lead layer
   // Reports product p of block `block` to the matmul observer (which must be set).
   void observe(int block, Product p, int expert, const float* x, int64_t n_rows, int64_t n_in) const {
     matmul_observer_(product_names_->of(block, p), expert, x, n_rows, n_in);

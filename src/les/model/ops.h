@@ -31,5 +31,11 @@ void rope_apply(const RopeParams& p, const float* cache, float* x);
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai with alpha 1.702, limit 7).
+inline float swiglu_oai(float gate, float up) {
+  const float x = gate < 7.0f ? gate : 7.0f;
+  const float y = up < -7.0f ? -7.0f : (up > 7.0f ? 7.0f : up);
+  return x / (1.0f + __builtin_expf(1.702f * -x)) * (y + 1.0f);
+}
 
 }  // namespace les::ops

@@ -21,7 +21,7 @@ std::array<std::string, kProducts> block_names(const ModelConfig& c, int il, boo
     set(Product::attn_v, "attn_v.weight");
     set(Product::attn_output, "attn_output.weight");
   }
-  if (c.moe) {
+  if (c.has_experts(il) || (c.moe && mtp_block)) {
     set(Product::router, "ffn_gate_inp.weight");
     set(Product::ffn_gate, "ffn_gate_exps.weight");
     set(Product::ffn_up, "ffn_up_exps.weight");
@@ -31,7 +31,7 @@ std::array<std::string, kProducts> block_names(const ModelConfig& c, int il, boo
     set(Product::ffn_up, "ffn_up.weight");
     set(Product::ffn_down, "ffn_down.weight");
   }
-  if (c.n_ff_shexp > 0) {
+  if (c.n_ff_shexp > 0 && (c.has_experts(il) || mtp_block)) {
     if (c.shared_expert_gate) set(Product::shexp_gate_inp, "ffn_gate_inp_shexp.weight");
     set(Product::shexp_gate, "ffn_gate_shexp.weight");
     set(Product::shexp_up, "ffn_up_shexp.weight");

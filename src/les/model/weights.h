@@ -65,7 +65,14 @@ struct LayerWeights {
   Vec q_norm, k_norm;       // [head_dim] (per head) or [n_q]/[n_kv_k] (full), optional
   Vec ffn_norm;             // [n_embd]
   Matrix router;            // ffn_gate_inp [n_expert][n_embd]; absent for a dense FFN
+  Vec router_bias;          // ffn_gate_inp.bias [n_expert] added to the logits (gpt-oss), optional
+  Vec exp_probs_b;          // exp_probs_b.bias [n_expert]: selection bias (DeepSeek-V3, GLM-4.5), optional
   ExpertStack gate, up, down;  // gate/up [n_expert][n_ff][n_embd], down [n_expert][n_embd][n_ff]
+  // Per-expert biases (gpt-oss), resident: gate/up [n_expert][n_ff], down [n_expert][n_embd]; optional.
+  Vec gate_exps_b, up_exps_b, down_exps_b;
+  // Dense FFN of a dense lead layer of a MoE model (cfg.has_experts(il) false): resident, never
+  // streamed; silu(gate x) * up x, then down. [n_ff_dense][n_embd] x2, [n_embd][n_ff_dense].
+  Matrix ffn_gate, ffn_up, ffn_down;
   Matrix shexp_gate_inp;    // [1][n_embd] (qwen2moe), optional
   Matrix shexp_gate, shexp_up, shexp_down;  // shared expert, optional
 

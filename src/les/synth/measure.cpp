@@ -107,7 +107,7 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
 
   if (c.moe) {
     const int X = c.n_expert, K = c.n_expert_used, K2 = std::min(2 * K, X);
-    const RouterParams rp{X, K, c.norm_topk, c.expert_weights_scale};
+    const RouterParams rp = router_params(c);
     // sel[l][t*K + j]: the experts of token t at layer l, in router order.
     std::vector<std::vector<int32_t>> sel(static_cast<size_t>(c.n_layer));
     std::vector<float> logits(static_cast<size_t>(T) * static_cast<size_t>(X));
@@ -117,12 +117,13 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
       const std::vector<float>& x = rec.inputs[static_cast<size_t>(il)];
       LES_ASSERT(x.size() == static_cast<size_t>(T) * static_cast<size_t>(E));
       if (!all_finite(x.data(), static_cast<int64_t>(x.size()))) r.finite = false;
-      matmul(w.layers[static_cast<size_t>(il)].router, x.data(), T, E, logits.data(), X, ctx.pool(), acts);
+      const LayerWeights& L = w.layers[static_cast<size_t>(il)];
+      if (!L.router.present()) continue;  // a dense lead layer
+      matmul(L.router, x.data(), T, E, logits.data(), X, ctx.pool(), acts);
       auto& s = sel[static_cast<size_t>(il)];
       s.resize(static_cast<size_t>(T) * static_cast<size_t>(K));
-      for (int t = 0; t < T; ++t) {
-        route_softmax_topk(rp, logits.data() + static_cast<size_t>(t) * X, s.data() + static_cast<size_t>(t) * K, wts.data());
-      }
+      wts.resize(s.size());
+      route_layer(rp, L, logits.data(), T, s.data(), wts.data());
     }
     const int top_n = std::max(1, X / 10);
     std::vector<int> order(static_cast<size_t>(X));
