@@ -363,6 +363,7 @@ void Context::attention(int il, int n, int pos0) {
   rp.freq_base = cfg_.rope_freq_base;
   rp.freq_scale = cfg_.rope_freq_scale;
   rp.freq_factors = model_.weights().rope_freqs.data;
+  ops::set_yarn(rp, cfg_);
   for (int i = 0; i < n; ++i) {
     ops::rope_cache(rp, pos0 + i, rope_cache_.data());
     for (int h = 0; h < cfg_.n_head; ++h) ops::rope_apply(rp, rope_cache_.data(), q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd));

@@ -46,6 +46,7 @@ void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, 
   rp.freq_base = c_.rope_freq_base;
   rp.freq_scale = c_.rope_freq_scale;
   rp.sections = c_.rope_sections.data();
+  ops::set_yarn(rp, c_);
   for (int i = 0; i < n; ++i) {
     ops::rope_cache(rp, pos0 + i, rope_.data());
     for (int h = 0; h < H; ++h) {

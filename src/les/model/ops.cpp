@@ -1,5 +1,6 @@
 #include "les/model/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace les::ops {
@@ -29,14 +30,38 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void set_yarn(RopeParams& p, const ModelConfig& c) {
+  p.ext_factor = c.yarn_ext_factor;
+  p.attn_factor = c.yarn_attn_factor;
+  // ggml_rope_yarn_corr_dims: the dims whose wavelength spans beta_fast / beta_slow rotations
+  // within the original context.
+  const auto corr_dim = [&](float n_rot_turns) {
+    return static_cast<float>(c.n_rot) *
+           std::log(static_cast<float>(c.n_ctx_orig_yarn) / (n_rot_turns * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(c.rope_freq_base));
+  };
+  const float start = std::floor(corr_dim(c.yarn_beta_fast));
+  const float end = std::ceil(corr_dim(c.yarn_beta_slow));
+  p.corr_dims[0] = std::max(0.0f, start);
+  p.corr_dims[1] = std::min(static_cast<float>(c.n_rot - 1), end);
+}
+
 void rope_cache(const RopeParams& p, int64_t pos, float* cache) {
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   float theta = static_cast<float>(pos);
   for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
     const float ff = p.freq_factors ? p.freq_factors[i0 / 2] : 1.0f;
-    const float t = p.freq_scale * (theta / ff);
-    cache[i0] = std::cos(t);
-    cache[i0 + 1] = std::sin(t);
+    const float extrap = theta / ff;
+    float t = p.freq_scale * extrap;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i0 / 2) - p.corr_dims[0]) / std::max(0.001f, p.corr_dims[1] - p.corr_dims[0]);
+      const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      t = t * (1.0f - ramp) + extrap * ramp;
+      mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    cache[i0] = std::cos(t) * mscale;
+    cache[i0 + 1] = std::sin(t) * mscale;
     theta *= theta_scale;
   }
   if (p.type == RopeType::imrope) {

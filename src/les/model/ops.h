@@ -23,7 +23,15 @@ struct RopeParams {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;
   const int* sections = nullptr;  // RopeType::imrope: the 4 M-RoPE sections (text positions)
+  // YaRN (ggml's rope_yarn): ext_factor > 0 mixes interpolated (freq_scale * theta) and
+  // extrapolated (theta) angles by a ramp between the correction dims, and multiplies the
+  // magnitude by 1 + 0.1 ln(1 / freq_scale); attn_factor scales cos and sin always.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_dims[2] = {0.0f, 0.0f};
 };
+// The YaRN part of p from a model's configuration (freq_base/scale, n_rot and the YaRN fields).
+void set_yarn(RopeParams& p, const ModelConfig& c);
 // Fills cache[0..n_rot) with interleaved (cos, sin) for position pos (as ggml's rope cache).
 void rope_cache(const RopeParams& p, int64_t pos, float* cache);
 // Applies a cache computed by rope_cache to one head vector in place.
