@@ -82,6 +82,17 @@ struct ModelConfig {
   int ssm_n_k_heads = 0;     // q/k heads (ssm.group_count)
   int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head h % n_k
 
+  // Multi-head latent attention (deepseek2). Keys and values of all heads come from one
+  // compressed latent of n_lora_kv dims (normed) plus one shared RoPE'd key part of n_rot dims;
+  // the cache holds those n_lora_kv + n_rot floats per position (head_dim_k, n_head_kv = 1; V is
+  // the latent part of that row, head_dim_v = n_lora_kv). Per head, a query has head_dim_k_mla =
+  // nope + n_rot dims and the output head_dim_v_mla dims.
+  int n_lora_q = 0;          // attention.q_lora_rank: 0 = a plain attn_q, else attn_q_a / attn_q_b
+  int n_lora_kv = 0;         // attention.kv_lora_rank: > 0 = MLA
+  int head_dim_k_mla = 0;    // attention.key_length_mla
+  int head_dim_v_mla = 0;    // attention.value_length_mla
+  float mla_kq_scale = 0;    // the attention scores' scale (1/sqrt(head_dim_k_mla) times YaRN's mscale^2)
+
   // Whether layer il has routed experts (else: attention-only layers of a dense model, or a
   // dense lead layer of a MoE model).
   bool has_experts(int il) const { return moe && il >= n_layer_dense_lead; }
@@ -94,6 +105,9 @@ struct ModelConfig {
   int n_q() const { return n_head * head_dim_k; }
   int n_kv_k() const { return n_head_kv * head_dim_k; }
   int n_kv_v() const { return n_head_kv * head_dim_v; }
+  bool mla() const { return n_lora_kv > 0; }
+  // Floats the KV cache holds per position of an attention layer: K and V, or MLA's one row.
+  int64_t kv_floats_per_pos() const { return mla() ? int64_t(n_kv_k()) : int64_t(n_kv_k()) + n_kv_v(); }
 };
 
 // Reads and validates the configuration; throws les::Error naming the key on a missing,

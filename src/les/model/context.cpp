@@ -42,16 +42,16 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     kv_slot_.push_back(n_kv_layers++);
     rec_slot_.push_back(-1);
   }
-  // KV cache: n_kv_layers x n_ctx x (n_kv_k + n_kv_v) floats; a size that overflows or cannot be
-  // allocated is an error naming the context size, not std::bad_alloc.
+  // KV cache: n_kv_layers x n_ctx x (n_kv_k + n_kv_v) floats (MLA: the compressed rows only); a
+  // size that overflows or cannot be allocated is an error naming the context size, not std::bad_alloc.
   size_t kv_floats = 0;
-  if (__builtin_mul_overflow(sz(n_kv_layers) * sz(n_ctx_), sz(cfg_.n_kv_k() + cfg_.n_kv_v()), &kv_floats) ||
+  if (__builtin_mul_overflow(sz(n_kv_layers) * sz(n_ctx_), sz(cfg_.kv_floats_per_pos()), &kv_floats) ||
       kv_floats > (size_t(1) << 60) / sizeof(float)) {
     throw Error(strfmt("a context of %d positions needs a KV cache larger than 2^60 bytes (lower the context size)", n_ctx_));
   }
   try {
     k_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()));
-    v_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_v()));
+    v_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.kv_floats_per_pos() - cfg_.n_kv_k()));
   } catch (const std::exception&) {  // std::bad_alloc, or les::Error from a failed mapping
     throw Error(strfmt("cannot allocate the KV cache: %.1f MiB for a context of %d positions (lower the context size)",
                        static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
@@ -64,6 +64,7 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     delta_net_->set_chunked(p.chunked_delta_rule);
   }
   if (cfg_.attn_output_gate) gated_attn_ = std::make_unique<GatedAttentionMixer>(cfg_);
+  if (cfg_.mla()) mla_ = std::make_unique<MlaAttention>(cfg_);
   rope_cache_.resize(sz(cfg_.n_rot));
 }
 
@@ -80,7 +81,7 @@ uint64_t Context::state_bytes() const {
                          router_logits_.size() + logits_.size() + expert_out_.size() + ex_in_.size() +
                          ex_g_.size() + ex_u_.size() + ex_y_.size()) * sizeof(float);
   const uint64_t recurrent = rec_ ? rec_->bytes() + delta_net_->bytes() : 0;
-  const uint64_t gated = gated_attn_ ? gated_attn_->bytes() : 0;
+  const uint64_t gated = (gated_attn_ ? gated_attn_->bytes() : 0) + (mla_ ? mla_->bytes() : 0);
   const uint64_t mtp = (hidden_.size() + mtp_in_.size() + mtp_hidden_.size() + mtp_logits_.size()) * sizeof(float);
   return kv + work + recurrent + gated + mtp;
 }
@@ -273,7 +274,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
 
   const int pos0 = n_past_;
   for (int il = h_in ? first_layer : 0; il < cfg_.n_layer; ++il) {
-    if (cfg_.arch == Arch::qwen35moe) {
+    if (cfg_.arch == Arch::qwen35moe || mla_) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
       attention(il, n, pos0);
@@ -405,6 +406,9 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
   const ProductTap* tp = matmul_observer_ ? &tap : nullptr;
   if (rec_slot_[sz(il)] >= 0) {
     delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_, tp);
+  } else if (mla_) {
+    float* cache = k_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(cfg_.n_kv_k());
+    mla_->forward(L, xn_.data(), n, pos0, cache, tmp_.data(), pool_, tp);
   } else {
     const size_t slot = sz(kv_slot_[sz(il)]);
     float* kc = k_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_k());

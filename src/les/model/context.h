@@ -12,6 +12,7 @@
 #include "les/model/expert_source.h"
 #include "les/model/gated_attention.h"
 #include "les/model/matmul.h"
+#include "les/model/mla_attention.h"
 #include "les/model/model.h"
 #include "les/model/product_names.h"
 #include "les/util/thread_pool.h"
@@ -140,7 +141,7 @@ class Context {
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
                      const float* h_in = nullptr);
   void attention(int il, int n, int pos0);
-  // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
+  // qwen35moe: DeltaNet or gated attention, deepseek2: MLA; + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.
@@ -162,7 +163,8 @@ class Context {
   int n_past_ = 0;
   int n_outputs_ = 0;
 
-  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v], zeros. Large ones are anonymous mappings whose
+  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v], zeros (MLA: k_cache_ holds the compressed rows,
+  // v_cache_ is empty). Large ones are anonymous mappings whose
   // pages are taken as positions are written (a 4096-token cache of a 48-layer model is 768 MiB:
   // touching it all up front cost seconds of page faults before the first token).
   KvBuffer k_cache_, v_cache_;
@@ -175,6 +177,7 @@ class Context {
   std::unique_ptr<RecurrentState> rec_;       // null without recurrent layers
   std::unique_ptr<DeltaNetMixer> delta_net_;
   std::unique_ptr<GatedAttentionMixer> gated_attn_;
+  std::unique_ptr<MlaAttention> mla_;         // deepseek2: multi-head latent attention
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
   std::vector<float> logits_;  // [n_outputs][n_vocab]

@@ -15,6 +15,17 @@ std::array<std::string, kProducts> block_names(const ModelConfig& c, int il, boo
     set(Product::ssm_beta, "ssm_beta.weight");
     set(Product::ssm_alpha, "ssm_alpha.weight");
     set(Product::ssm_out, "ssm_out.weight");
+  } else if (c.mla()) {
+    // The per-head attn_k_b / attn_v_b products (3-D weights, one matrix per head) are not
+    // reported: an importance matrix holds one matrix per tensor or per expert.
+    if (c.n_lora_q > 0) {
+      set(Product::attn_q_a, "attn_q_a.weight");
+      set(Product::attn_q_b, "attn_q_b.weight");
+    } else {
+      set(Product::attn_q, "attn_q.weight");
+    }
+    set(Product::attn_kv_a, "attn_kv_a_mqa.weight");
+    set(Product::attn_output, "attn_output.weight");
   } else {
     set(Product::attn_q, "attn_q.weight");
     set(Product::attn_k, "attn_k.weight");

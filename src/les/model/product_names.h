@@ -22,6 +22,7 @@ enum class Product : uint8_t {
   ffn_gate, ffn_up, ffn_down,            // routed experts (ffn_*_exps) or the dense FFN (ffn_*)
   shexp_gate_inp, shexp_gate, shexp_up, shexp_down,  // shared expert and its scalar gate
   mtp_eh_proj,                           // MTP block only: nextn.eh_proj
+  attn_q_a, attn_q_b, attn_kv_a,         // multi-head latent attention: q LoRA, attn_kv_a_mqa
   count
 };
 inline constexpr int kProducts = static_cast<int>(Product::count);

@@ -87,6 +87,16 @@ struct LayerWeights {
   Vec ssm_a;                // [n_v]: -exp(A_log)
   Vec ssm_norm;             // [S]: gated RMSNorm weight (plain, not 1 + w)
   Matrix ssm_out;           // [n_embd][n_v*S]
+
+  // Multi-head latent attention (deepseek2). Without a q LoRA the query is wq (attn_q
+  // [n_head * head_dim_k_mla][n_embd]); wo is attn_output [n_embd][n_head * head_dim_v_mla].
+  Matrix wq_a;              // attn_q_a [n_lora_q][n_embd] (q LoRA), optional
+  Vec q_a_norm;             // attn_q_a_norm [n_lora_q]
+  Matrix wq_b;              // attn_q_b [n_head * head_dim_k_mla][n_lora_q]
+  Matrix wkv_a;             // attn_kv_a_mqa [n_lora_kv + n_rot][n_embd]: [latent | shared rope key]
+  Vec kv_a_norm;            // attn_kv_a_norm [n_lora_kv]
+  Matrix wk_b;              // attn_k_b [n_head][n_lora_kv][nope]: n_head * n_lora_kv rows of nope
+  Matrix wv_b;              // attn_v_b [n_head][head_dim_v_mla][n_lora_kv]: rows of n_lora_kv
 };
 
 // MTP (NextN) draft head of qwen35moe: one gated-attention + MoE block over

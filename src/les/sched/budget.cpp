@@ -28,7 +28,7 @@ StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_bat
   StateBytes s;
   const int n_kv_layers = c.n_layer - c.n_recurrent() + (with_mtp ? 1 : 0);
   s.kv = static_cast<uint64_t>(n_kv_layers) * static_cast<uint64_t>(n_ctx) *
-         static_cast<uint64_t>(c.n_kv_k() + c.n_kv_v()) * sizeof(float);
+         static_cast<uint64_t>(c.kv_floats_per_pos()) * sizeof(float);
   s.recurrent = c.n_recurrent() > 0 ? RecurrentState::bytes_for(c) : 0;
   // Per batch token: residual, norm, q/k/v, attention output, router logits, K expert outputs,
   // expert intermediates; plus the output logits of one row.

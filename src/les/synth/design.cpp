@@ -5,6 +5,8 @@
 #include <numeric>
 #include <string>
 
+#include "les/model/router.h"
+#include "les/synth/deepseek2_synth.h"
 #include "les/synth/random_fill.h"
 
 namespace les::synth {
@@ -40,8 +42,12 @@ double gauss_expect(F f) {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
-// RoPE pair frequencies theta_i = base^(-2i / n_rot).
+// Rotated dims of a query / key head.
+int rope_dims(const SynthSpec& s) { return s.arch == Arch::deepseek2 ? s.n_rot : s.head_dim; }
+
+// RoPE pair frequencies theta_i = base^(-2i / n_rot) (deepseek2: as YaRN changes them).
 std::vector<double> rope_thetas(const SynthSpec& s) {
+  if (s.arch == Arch::deepseek2) return deepseek2_rope_thetas(s);
   std::vector<double> th(static_cast<size_t>(s.head_dim / 2));
   for (size_t i = 0; i < th.size(); ++i) {
     th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / s.head_dim);
@@ -60,7 +66,7 @@ std::vector<double> pair_energy(const SynthSpec& s) {
     if (i == 0 || th[i] >= th_lo) c[i] = 1.0 / th[i];
     sum += c[i];
   }
-  for (double& x : c) x *= s.head_dim / sum;  // sum = head_dim: the bias vector has rms 1
+  for (double& x : c) x *= rope_dims(s) / sum;  // sum = rotated dims: the bias vector has rms 1
   return c;
 }
 
@@ -76,7 +82,8 @@ double attention_bias_score(const SynthSpec& spec, const Design& d, int dist) {
   if (!d.local_attention) return 0.0;
   const std::vector<double> c = pair_energy(spec), th = rope_thetas(spec);
   // score = (s b) . R(dist) (s b) / sqrt(hd) with s^2 = bias_scale^2 (or qk norm) -> kappa * kernel
-  const double kappa = static_cast<double>(d.score_scale) * d.score_scale / std::sqrt(static_cast<double>(spec.head_dim));
+  const double kq = spec.arch == Arch::deepseek2 ? d.kq_scale : 1.0 / std::sqrt(static_cast<double>(spec.head_dim));
+  const double kappa = static_cast<double>(d.score_scale) * d.score_scale * kq;
   return kappa * (kernel(c, th, dist) - kernel(c, th, 0));
 }
 
@@ -93,6 +100,7 @@ Design make_design(const SynthSpec& s) {
   // --- attention locality -------------------------------------------------------------------
   // p[j]: the attention weight of the key j positions back (steady state, bias part only).
   const int hd = s.head_dim;
+  d.kq_scale = s.arch == Arch::deepseek2 ? deepseek2_score_scale(s) : static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int n_p = std::max(1, std::min(s.n_ctx, std::clamp(static_cast<int>(8.0f * s.attn_window), kRefPosition, 1024)));
   std::vector<double> p(static_cast<size_t>(n_p), 1.0 / n_p);  // uniform without locality
   double scale2 = 1.0;            // s^2: product of the q and k deterministic scales
@@ -106,15 +114,16 @@ Design make_design(const SynthSpec& s) {
     double range = d0 - far;
     if (!(range > 1e-3 * d0)) range = d0;
     const double kappa = kLocalRangeNats / range;  // nats per unit of kernel
-    scale2 = kappa * std::sqrt(static_cast<double>(hd));
+    scale2 = s.arch == Arch::deepseek2 ? kappa / d.kq_scale : kappa * std::sqrt(static_cast<double>(hd));
     double z = 0;
     for (int k = 0; k < n_p; ++k) z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
     for (double& x : p) x /= z;
-    d.head_bias.assign(static_cast<size_t>(hd), 0.0f);
-    const int half = hd / 2;
+    d.head_bias.assign(static_cast<size_t>(rope_dims(s)), 0.0f);
+    const int half = rope_dims(s) / 2;
     for (int i = 0; i < half; ++i) {
-      // NEOX rotates (i, i + hd/2), NORM (llama) rotates (2i, 2i + 1).
-      const size_t at = s.arch == Arch::llama ? static_cast<size_t>(2 * i) : static_cast<size_t>(i);
+      // NEOX rotates (i, i + hd/2), NORM (llama, deepseek2) rotates (2i, 2i + 1).
+      const bool norm_rope = s.arch == Arch::llama || s.arch == Arch::deepseek2;
+      const size_t at = norm_rope ? static_cast<size_t>(2 * i) : static_cast<size_t>(i);
       d.head_bias[at] = static_cast<float>(std::sqrt(c[static_cast<size_t>(i)]));
     }
   }
@@ -155,6 +164,8 @@ Design make_design(const SynthSpec& s) {
     for (double& g : gain_by_rank) g /= ms;
     // E[sum w^2] of the routing weights, by simulation of Gaussian logits with these gains.
     Rng rng(mix64(s.seed) ^ 0x726f757465ull);
+    if (s.arch == Arch::deepseek2) d.route_w2 = deepseek2_route_w2(s, gain_by_rank, rng);
+    else {
     const int n_sim = 2048;
     std::vector<double> z(static_cast<size_t>(n_exp));
     std::vector<int> idx(static_cast<size_t>(n_exp));
@@ -181,6 +192,7 @@ Design make_design(const SynthSpec& s) {
       acc += w2;
     }
     d.route_w2 = acc / n_sim;
+    }
   }
 
   // --- per layer ----------------------------------------------------------------------------
@@ -252,13 +264,16 @@ Design make_design(const SynthSpec& s) {
     d.attn_var[static_cast<size_t>(il)] = var_y;
     L.sigma_q = L.sigma_k = static_cast<float>(qk_sigma);
     L.sigma_v = static_cast<float>(inv_sqrt_e);
-    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * hd);
+    const int v_width = s.arch == Arch::deepseek2 ? s.v_head_dim : hd;
+    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * v_width);
     L.sigma_gate = L.sigma_up = static_cast<float>(inv_sqrt_e);
     L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * d.silu_sq);
     if (s.n_ff_shexp > 0) {
+      const double gate_sq = s.arch == Arch::deepseek2 ? 1.0 : sig_sq;  // deepseek2's shared experts have no gate
       L.sigma_sh_gate = L.sigma_sh_up = L.sigma_sh_inp = static_cast<float>(inv_sqrt_e);
-      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, sig_sq * FS * d.silu_sq);
+      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, gate_sq * FS * d.silu_sq);
     }
+    if (il < s.n_dense_lead) L.sigma_down = split(M, moe_ctx, static_cast<double>(s.n_ff_dense) * d.silu_sq);
     if (d.moe) {
       // Popularity ranks: a permutation of the experts per layer, a function of (seed, layer).
       std::vector<int> perm(static_cast<size_t>(n_exp));
@@ -274,6 +289,7 @@ Design make_design(const SynthSpec& s) {
       }
     }
   }
+  if (s.arch == Arch::deepseek2) design_mla(s, d, rho, scale2);
   return d;
 }
 

@@ -68,6 +68,20 @@ struct Design {
   std::vector<double> ctx_frac;    // share of the stream's variance in the context coordinates
   std::vector<double> attn_var;    // variance of an attention head's output per unit value variance
   std::vector<LayerDesign> layers;
+  float kq_scale = 1.0f;         // the architecture's attention score scale times the rope magnitude^2
+
+  // deepseek2 (multi-head latent attention has no q/k biases): stream coordinate const_coord is 1
+  // in every token embedding and nothing writes to it; attn_norm scales it to 1 at every layer
+  // (attn_norm_const), ffn_norm and output_norm weigh it 0. The rope rows of the query (attn_q, or
+  // attn_q_b over the q LoRA latent whose coordinate const_coord carries the constant) and of
+  // attn_kv_a_mqa take head_bias * bias_scale as their weight on it: the rope parts get the
+  // locality bias the other architectures put in attn_q.bias / attn_k.bias.
+  int const_coord = -1;
+  std::vector<float> attn_norm_const;  // [n_layer]
+  float mla_q_pe = 0, mla_q_nope = 0;  // element std of the query's rope / nope rows
+  float mla_kv = 0, mla_k_pe = 0;      // attn_kv_a_mqa: latent rows, rope rows
+  float mla_q_a = 0;                   // attn_q_a
+  float mla_k_b = 0, mla_v_b = 0;      // attn_k_b, attn_v_b
 };
 
 Design make_design(const SynthSpec& spec);

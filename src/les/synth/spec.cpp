@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "les/convert/quantize_model.h"
+#include "les/synth/deepseek2_synth.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
 
@@ -34,6 +35,10 @@ const NamedShape kShapes[] = {
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
+    // deepseek2: head_dim = nope 128 + rope 64; the MLA and routing fields in spec_deepseek2.cpp.
+    {"deepseek-v2-lite", Arch::deepseek2, 27, 2048, 16, 1, 192, 64, 6, 1408, 2816, 102400, 163840, 1e4f, 0, 0, 0, 64},
+    {"deepseek-v3", Arch::deepseek2, 61, 7168, 128, 1, 192, 256, 8, 2048, 2048, 129280, 163840, 1e4f, 0, 0, 0, 64},
+    {"kimi-k2", Arch::deepseek2, 61, 7168, 64, 1, 192, 384, 8, 2048, 2048, 163840, 131072, 5e4f, 0, 0, 0, 64},
 };
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
@@ -53,6 +58,7 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "llama" || name == "mixtral") return Arch::llama;
   if (name == "qwen3") return Arch::qwen3;
   if (name == "qwen35moe") return Arch::qwen35moe;
+  if (name == "deepseek2") return Arch::deepseek2;
   return std::nullopt;
 }
 
@@ -112,6 +118,11 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     if (s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
     s.attn_window = 0.0f;  // no q/k biases in this architecture
   }
+  if (s.arch == Arch::deepseek2) {
+    s.n_ff_shexp = ns->n_ff_shexp;
+    s.n_rot = ns->n_rot;
+    deepseek2_shape(s, ns->name, ns->arch == Arch::deepseek2);
+  }
   return s;
 }
 
@@ -141,11 +152,12 @@ void validate(const SynthSpec& s) {
     }
   }
   if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
-  const bool shared = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe;
+  const bool shared = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe || s.arch == Arch::deepseek2;
   if (shared && s.n_ff_shexp < 1) fail(strfmt("%s needs a shared expert (ff-shared >= 1)", an));
   if (!shared && s.n_ff_shexp != 0) {
-    fail(strfmt("ff-shared = %d: only qwen2moe and qwen35moe have a shared expert", s.n_ff_shexp));
+    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe and deepseek2 have a shared expert", s.n_ff_shexp));
   }
+  validate_deepseek2(s);
   if (s.arch == Arch::qwen35moe) {
     if (s.n_rot < 2 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
       fail(strfmt("rope-dims = %d must be even and in [2, head-dim = %d]", s.n_rot, s.head_dim));

@@ -62,6 +62,30 @@ struct SynthSpec {
   int ssm_d_conv = 4;
   int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1
 
+  // deepseek2 (multi-head latent attention): head_dim is a query/key head's nope + rope dims,
+  // n_rot its rope dims; keys and values come from a kv_lora_rank latent; v_head_dim is a value
+  // head's width; q_lora_rank 0 means a plain attn_q. n_head_kv is 1 (the one latent head).
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int v_head_dim = 0;
+  // DeepSeek-style MoE (deepseek2): the first n_dense_lead layers have a dense FFN of width
+  // n_ff_dense; the shared experts (n_ff_shexp, a multiple of n_ff_exp) have no gate; routing by
+  // `gating` with expert groups (n_group_used of n_expert_groups eligible per token), a selection
+  // bias (exp_probs_b) when selection_bias, weights renormalised when norm_topk, times
+  // expert_weights_scale.
+  int n_dense_lead = 0;
+  int n_ff_dense = 0;
+  Gating gating = Gating::softmax;
+  bool norm_topk = false;
+  float expert_weights_scale = 1.0f;
+  int n_expert_groups = 1;
+  int n_group_used = 1;
+  bool selection_bias = false;
+  // YaRN RoPE scaling (deepseek2; 0: none): factor, original context, DeepSeek's mscale_all_dim.
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
+  float yarn_mscale_all_dim = 0.0f;
+
   // Tensor types: a type or mix as `les quantize` takes it ("q4_K", "q4_k_m", "q8_0", "f16", ...).
   // Norms, biases and routers are always F32.
   std::string type = "q8_0";
@@ -84,12 +108,13 @@ struct SynthSpec {
 // tiny MoE), "qwen3-30b-a3b", "35b-a3b" (the MiniCPM-V 4.7 / Qwen3.6-35B-A3B MoE dimensions,
 // without the hybrid attention), "qwen35-35b-a3b" (the real qwen35moe 35B-A3B: 30 DeltaNet + 10
 // gated attention layers), "qwen35-tiny" (a small qwen35moe for tests), "qwen3-0.6b" (dense, a draft for the 30B), "mixtral-8x7b",
-// "olmoe-1b-7b". `arch` overrides the shape's own architecture; dimensions the architecture
+// "olmoe-1b-7b", "deepseek-v2-lite", "deepseek-v3" (cut with n_layer), "kimi-k2". `arch` overrides the shape's own architecture; dimensions the architecture
 // cannot take (qwen2moe and olmoe need heads x head_dim = n_embd, olmoe needs kv heads = heads)
 // are adapted. Throws les::Error for an unknown name.
 SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch = std::nullopt);
 std::vector<std::string> shape_names();
-// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe"; nullopt if unknown.
+// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "deepseek2"; nullopt if
+// unknown.
 std::optional<Arch> parse_arch(const std::string& name);
 
 // Checks a spec; throws les::Error naming the offending field (used > experts, heads x head_dim
@@ -144,6 +169,7 @@ struct LayerRouting {
   // NaN for layer 0.
   double recall_k = 0, recall_2k = 0;
   double temporal_reuse = 0;   // share of a token's experts that the previous token also used
+                               // (all of these NaN for a dense lead layer, which routes nothing)
   double top10_share = 0;      // share of selections going to the layer's 10% most used experts
   double max_over_mean = 0;    // most used expert's count / mean count
   int never_used = 0;          // experts no token selected
@@ -158,7 +184,7 @@ struct RoutingReport {
   int distinct_generated = 0;  // distinct token ids among the greedy tokens
   bool finite = true;          // no NaN/Inf in any router input, stream or logits
   std::vector<LayerRouting> layers;
-  // Means over layers (recall over layers 1..n-1).
+  // Means over the layers with a router (recall over those after layer 0).
   double recall_k = 0, recall_2k = 0, temporal_reuse = 0, top10_share = 0, max_over_mean = 0;
   int never_used = 0;          // summed over layers
   double random_reuse = 0;     // k / n_expert: temporal reuse and recall@k of random routing

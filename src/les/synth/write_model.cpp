@@ -2,12 +2,15 @@
 // streaming fill that generates its rows in parallel directly in the target type.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
+#include "les/quant/kernels.h"
+#include "les/synth/deepseek2_synth.h"
 #include "les/synth/design.h"
 #include "les/synth/random_fill.h"
 #include "les/synth/synth.h"
@@ -21,7 +24,21 @@ namespace {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-class Builder {
+// Sets element 0 of a row of type t to v: float types directly, block types by quantizing the
+// first block again with that element changed.
+void set_first_element(Type t, float v, uint8_t* row) {
+  if (t == Type::F32) {
+    std::memcpy(row, &v, sizeof(float));
+    return;
+  }
+  const int64_t n = block_size(t);
+  std::vector<float> x(static_cast<size_t>(n));
+  dequantize_row(t, row, x.data(), n);
+  x[0] = v;
+  quantize_weights(QuantMethod::exact, t, x.data(), row, n, nullptr);
+}
+
+class Builder final : public TensorSink {
  public:
   Builder(const SynthSpec& s, bool with_data)
       : s_(s), d_(make_design(s)), plan_(parse_quantize_plan(s.type)),
@@ -30,17 +47,28 @@ class Builder {
   gguf::Writer build() {
     add_keys();
     const int64_t E = s_.n_embd, V = s_.n_vocab;
-    matrix("token_embd.weight", {E, V}, d_.sigma_embd);
+    RowEditFn embd_edit;  // a constant coordinate (deepseek2's locality): 1 in every token's embedding
+    if (d_.const_coord >= 0) embd_edit = [](int64_t) { return RowEdit{1.0f, 1.0f}; };
+    matrix("token_embd.weight", {E, V}, SplitSigma{d_.sigma_embd, d_.sigma_embd}, embd_edit);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
     if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
+    if (d_.const_coord >= 0) onorm[static_cast<size_t>(d_.const_coord)] = 0.0f;
     vector("output_norm.weight", std::move(onorm));
     matrix("output.weight", {E, V}, d_.sigma_output);
     return std::move(w_);
   }
 
   uint64_t data_bytes() const { return data_bytes_; }
+
+  // TensorSink (architecture writers in write_<arch>.cpp).
+  void add_matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma, const RowEditFn& edit) override {
+    matrix(name, std::move(ne), sigma, edit);
+  }
+  void add_router(const std::string& name, const LayerDesign& L) override { router(name, L); }
+  void add_vector(const std::string& name, std::vector<float> v) override { vector(name, std::move(v)); }
+  void add_normal_vector(const std::string& name, int64_t n, float sigma) override { normal_vector(name, n, sigma); }
 
  private:
   void add_keys() {
@@ -55,16 +83,22 @@ class Builder {
     w_.add_u32(p + "embedding_length", static_cast<uint32_t>(s_.n_embd));
     w_.add_u32(p + "attention.head_count", static_cast<uint32_t>(s_.n_head));
     w_.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
-    w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
-    w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
     const bool hybrid = s_.arch == Arch::qwen35moe;
-    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
+    if (s_.arch == Arch::deepseek2) {
+      add_deepseek2_keys(w_, s_);  // head and FFN widths, routing, YaRN
+    } else {
+      w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
+      w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
+      w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
+    }
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
     w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
     if (d_.moe) {
       w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
       w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
-      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
+      if (s_.arch == Arch::deepseek2) {
+        // written by add_deepseek2_keys
+      } else if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
         w_.add_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
       } else {
@@ -161,6 +195,7 @@ class Builder {
 
   void add_layer(int il) {
     if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
+    if (s_.arch == Arch::deepseek2) return write_deepseek2_layer(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;
@@ -224,8 +259,8 @@ class Builder {
   }
 
   // The same, writing into the hidden state: output rows (coordinates) r % ne[1] below
-  // n_ctx_dims have std sigma.ctx, the others sigma.tok.
-  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) {
+  // n_ctx_dims have std sigma.ctx, the others sigma.tok; edit (may be empty) changes single rows.
+  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma, const RowEditFn& edit = {}) {
     const Type t = planned_type(plan_, name, ne, Type::F32, s_.n_layer);
     count(ne, t);
     const int64_t row_len = ne[0];
@@ -242,7 +277,9 @@ class Builder {
       pool->parallel_for(n_rows, 64, [&](int, int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const float sg = r % n_out < split ? sigma.ctx : sigma.tok;
-          fill_random_row(t, sg, key, r, row_len, out + static_cast<size_t>(r) * rb);
+          const RowEdit e = edit ? edit(r) : RowEdit{};
+          fill_random_row(t, sg * e.scale, key, r, row_len, out + static_cast<size_t>(r) * rb);
+          if (std::isfinite(e.col0)) set_first_element(t, e.col0, out + static_cast<size_t>(r) * rb);
         }
       });
     }));
