@@ -29,6 +29,11 @@ std::pair<std::string, bool> kind_of(const std::string& rest) {
       {"ssm_alpha.weight", "ssm_ab", false},
       {"ssm_beta.weight", "ssm_ab", false},
       {"ssm_out.weight", "ssm_out", false},
+      {"attn_q_a.weight", "attn_q_a", false},        // deepseek2 MLA: q LoRA down / up
+      {"attn_q_b.weight", "attn_q_b", false},
+      {"attn_kv_a_mqa.weight", "attn_kv_a_mqa", false},  // latent + shared rope key
+      {"attn_k_b.weight", "attn_k_b", false},        // per-head [n_head][latent][nope] (rows of nope)
+      {"attn_v_b.weight", "attn_v_b", false},        // per-head [n_head][v][latent]
       {"ffn_gate_inp.weight", "router", false},
       {"ffn_gate_shexp.weight", "shexp", false},
       {"ffn_up_shexp.weight", "shexp", false},
