@@ -88,17 +88,18 @@ synth::SynthSpec spec_of(const std::string& variant, const std::string& type) {
   return type == "f32" ? s : wide(s);
 }
 
-// For comparing quantized files with llama.cpp: smaller residual updates (0.07 of the stream per
+// For comparing quantized files with llama.cpp: smaller residual updates (0.05 of the stream per
 // layer, 0.5 for layer 0 instead of the defaults 0.2 and 1.5). les and llama.cpp sum floats in
 // different orders (llama.cpp: tinyBLAS and vec_dot lanes, a polynomial expf), so activations
 // differ in their last bits; an 8-bit activation of Q8_0 / Q8_K may then round to the other level,
 // and a random network carries that through its layers and the KV cache. At the default updates
 // the 3-4 layer files reach mean KLD 2.5e-4 to 8e-4 against llama.cpp (les against itself with
 // only the attention's sum over positions reversed: up to 2.5e-4 on Q4_K); every intermediate up
-// to the first rounded activation agrees to the last bits, and F32 files agree to 1e-12.
+// to the first rounded activation agrees to the last bits, and F32 files agree to 1e-12. With the
+// smaller updates, seeds 5, 9, 17, 22, 31 of both files in Q8_0 and Q4_K stay below 1e-4.
 synth::SynthSpec compared(synth::SynthSpec s) {
   if (s.type != "f32") {
-    s.update = 0.07f;
+    s.update = 0.05f;
     s.first_update = 0.5f;
   }
   return s;
@@ -569,3 +570,4 @@ TEST(Deepseek2, SynthAttentionIsLocal) {
     EXPECT_LT(flat_near - flat_far, 0.1) << variant;
   }
 }
+

@@ -36,9 +36,11 @@ const NamedShape kShapes[] = {
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
     // deepseek2: head_dim = nope 128 + rope 64; the MLA and routing fields in spec_deepseek2.cpp.
-    {"deepseek-v2-lite", Arch::deepseek2, 27, 2048, 16, 1, 192, 64, 6, 1408, 2816, 102400, 163840, 1e4f, 0, 0, 0, 64},
-    {"deepseek-v3", Arch::deepseek2, 61, 7168, 128, 1, 192, 256, 8, 2048, 2048, 129280, 163840, 1e4f, 0, 0, 0, 64},
-    {"kimi-k2", Arch::deepseek2, 61, 7168, 64, 1, 192, 384, 8, 2048, 2048, 163840, 131072, 5e4f, 0, 0, 0, 64},
+    // context_focus: V2-Lite's 0.6 gives its real trace's reuse (2.8x random, docs/synth.md); V3
+    // and Kimi-K2 take the knob's low end (their reuse stays 3-4x random; no real trace to match).
+    {"deepseek-v2-lite", Arch::deepseek2, 27, 2048, 16, 1, 192, 64, 6, 1408, 2816, 102400, 163840, 1e4f, 0, 0, 0, 64, 0.6f},
+    {"deepseek-v3", Arch::deepseek2, 61, 7168, 128, 1, 192, 256, 8, 2048, 2048, 129280, 163840, 1e4f, 0, 0, 0, 64, 0.1f},
+    {"kimi-k2", Arch::deepseek2, 61, 7168, 64, 1, 192, 384, 8, 2048, 2048, 163840, 131072, 5e4f, 0, 0, 0, 64, 0.1f},
 };
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
