@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
 #include "les/mixed/tensor_groups.h"
 #include "les/model/context.h"
@@ -454,7 +455,7 @@ TEST(Deepseek2, StreamedAndPackedExpertsBitIdentical) {
   }
 }
 
-TEST(Deepseek2, TensorGroupsOfMixedPrecision) {
+TEST(Deepseek2, MixedPrecisionGroupsAndReplacedTensors) {
   const ScopedDir dir;
   const std::string path = write_model(v3_spec("q8_0"), dir);
   const gguf::File f = gguf::read_file(path);
@@ -466,6 +467,27 @@ TEST(Deepseek2, TensorGroupsOfMixedPrecision) {
   for (const char* k : {"attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output", "router",
                         "shexp", "ffn_gate_up", "ffn_down"}) {
     EXPECT_TRUE(kinds.count(k)) << k;
+  }
+  // Mixed precision measures a group by swapping its tensors in memory: each MLA matrix and each
+  // dense lead FFN matrix is reached (the logits change), and restoring gives the same bits.
+  auto m = Model::load(path, LoadOptions{.resident = ResidentMemory::read});
+  const std::vector<int32_t> toks = random_tokens(12, m->config().n_vocab, 8);
+  const std::vector<float> before = batch_logits(*m, toks, 1);
+  const MappedFile map = MappedFile::open(path);
+  ThreadPool pool(1);
+  for (const char* name : {"blk.3.attn_q_a.weight", "blk.3.attn_q_b.weight", "blk.2.attn_kv_a_mqa.weight",
+                           "blk.2.attn_k_b.weight", "blk.3.attn_v_b.weight", "blk.0.ffn_gate.weight",
+                           "blk.1.ffn_up.weight", "blk.1.ffn_down.weight"}) {
+    const gguf::TensorInfo* t = m->gguf().find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    const int64_t rows = t->n_elements() / t->ne[0];
+    std::vector<uint8_t> q(row_bytes(Type::Q4_0, t->ne[0]) * static_cast<size_t>(rows));
+    convert_rows(map.data() + m->gguf().data_offset + t->offset, t->type, Type::Q4_0, t->ne, 0, rows, q.data(), name,
+                 {}, pool);
+    m->replace_tensor(name, Type::Q4_0, q);
+    EXPECT_NE(batch_logits(*m, toks, 1), before) << name;
+    m->restore_tensor(name);
+    EXPECT_EQ(batch_logits(*m, toks, 1), before) << name;
   }
 }
 
