@@ -115,6 +115,7 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
     while (dims > 1 && t.ne[dims - 1] == 1) --dims;
     if (dims < 2) continue;
     if (!info(t.type).weight_type) continue;
+    if (!ends_with(t.name, ".weight")) continue;  // biases (gpt-oss's 2-D expert biases) keep their type
     int layer = -1;
     std::string rest = t.name;
     if (t.name.rfind("blk.", 0) == 0) {
@@ -122,8 +123,6 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
       if (dot == std::string::npos) throw Error(strfmt("tensor '%s': malformed block name", t.name.c_str()));
       layer = std::atoi(t.name.substr(4, dot - 4).c_str());
       rest = t.name.substr(dot + 1);
-    } else if (!ends_with(t.name, ".weight")) {
-      continue;
     } else {
       rest = t.name;
     }

@@ -320,8 +320,9 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
                            path.c_str(), p.c_str()));
       }
     }
-    // qwen35moe does not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
-    const double scale = c.arch == Arch::qwen35moe || c.arch == Arch::qwen3next ? 0.0 : f.get_float(p + "expert_weights_scale", 0.0);
+    // qwen35moe and gpt-oss do not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
+    const bool scale_read = c.arch != Arch::qwen35moe && c.arch != Arch::qwen3next && c.arch != Arch::gpt_oss;
+    const double scale = scale_read ? f.get_float(p + "expert_weights_scale", 0.0) : 0.0;
     c.expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   } else {
     c.n_expert = 1;

@@ -82,10 +82,19 @@ struct ModelConfig {
   int ssm_n_k_heads = 0;     // q/k heads (ssm.group_count)
   int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head h % n_k
 
+  // Sliding-window attention (gpt-oss): a layer with swa[il] set lets the token at position p see
+  // positions p - n_swa + 1 .. p only (llama.cpp's standard SWA mask), and rotates by
+  // rope_freq_base_swa; the other layers see every position. Empty: no SWA layer.
+  std::vector<uint8_t> swa;  // [n_layer]
+  int n_swa = 0;
+  float rope_freq_base_swa = 10000.0f;
+
   // Whether layer il has routed experts (else: attention-only layers of a dense model, or a
   // dense lead layer of a MoE model).
   bool has_experts(int il) const { return moe && il >= n_layer_dense_lead; }
   bool is_recurrent(int il) const { return !recurrent.empty() && recurrent[static_cast<size_t>(il)] != 0; }
+  bool is_swa(int il) const { return !swa.empty() && swa[static_cast<size_t>(il)] != 0; }
+  float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
   int n_recurrent() const { int n = 0; for (uint8_t r : recurrent) n += r; return n; }
   int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_d_state; }
   int64_t ssm_value_dim() const { return int64_t(ssm_n_v_heads) * ssm_d_state; }

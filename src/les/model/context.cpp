@@ -360,7 +360,7 @@ void Context::attention(int il, int n, int pos0) {
   ops::RopeParams rp;
   rp.n_rot = cfg_.n_rot;
   rp.type = cfg_.rope_type;
-  rp.freq_base = cfg_.rope_freq_base;
+  rp.freq_base = cfg_.rope_base(il);
   rp.freq_scale = cfg_.rope_freq_scale;
   rp.freq_factors = model_.weights().rope_freqs.data;
   ops::set_yarn(rp, cfg_);
@@ -377,7 +377,9 @@ void Context::attention(int il, int n, int pos0) {
   std::memcpy(vc + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
 
   // Causal attention, one (token, head) pair per task.
-  const AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
+  AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
+  as.sinks = L.attn_sinks.data;
+  as.window = cfg_.is_swa(il) ? cfg_.n_swa : 0;
   causal_attention(as, q_.data(), nq, kc, vc, n, pos0, att_.data(), pool_);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 

@@ -63,6 +63,7 @@ struct LayerWeights {
   Matrix wo;                // [n_embd][n_q]
   Vec bo;                   // optional
   Vec q_norm, k_norm;       // [head_dim] (per head) or [n_q]/[n_kv_k] (full), optional
+  Vec attn_sinks;           // [n_head] gpt-oss: a logit per head in the softmax denominator only
   Vec ffn_norm;             // [n_embd]
   Matrix router;            // ffn_gate_inp [n_expert][n_embd]; absent for a dense FFN
   Vec router_bias;          // ffn_gate_inp.bias [n_expert] added to the logits (gpt-oss), optional

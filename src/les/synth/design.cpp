@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "les/synth/arch_synth.h"
 #include "les/synth/random_fill.h"
 
 namespace les::synth {
@@ -19,7 +20,8 @@ constexpr float kOutputNormCtx = 0.5f;    // output_norm weight of the context c
 constexpr int kRefPosition = 64;          // fewest key positions the attention weights are computed over
 
 bool has_router(const SynthSpec& s) { return s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0); }
-bool norm_topk(Arch a) { return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe; }
+// gpt-oss's softmax over the k selected logits equals the renormalised top-k of the softmax.
+bool norm_topk(Arch a) { return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::gpt_oss; }
 bool has_qk_norm(Arch a) {
   return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe;
 }
@@ -40,13 +42,34 @@ double gauss_expect(F f) {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
-// RoPE pair frequencies theta_i = base^(-2i / n_rot).
+// RoPE pair frequencies theta_i = base^(-2i / n_rot), as YaRN scales them (gpt-oss).
 std::vector<double> rope_thetas(const SynthSpec& s) {
   std::vector<double> th(static_cast<size_t>(s.head_dim / 2));
   for (size_t i = 0; i < th.size(); ++i) {
-    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / s.head_dim);
+    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / s.head_dim) *
+            yarn_theta_factor(s, static_cast<int>(i));
   }
   return th;
+}
+
+// The attention weights p truncated to the first `window` keys (a sliding window) and
+// renormalised; window 0 or beyond p keeps p.
+std::vector<double> truncate_weights(std::vector<double> p, int window) {
+  if (window <= 0 || window >= static_cast<int>(p.size())) return p;
+  double z = 0;
+  for (int k = 0; k < window; ++k) z += p[static_cast<size_t>(k)];
+  for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<int>(k) < window ? p[k] / z : 0.0;
+  return p;
+}
+
+// pp[m] = sum_j p[j] p[j + m]: the attention output's autocovariance for white values.
+std::vector<double> weight_autocov(const std::vector<double>& p) {
+  const size_t n = p.size();
+  std::vector<double> pp(n, 0.0);
+  for (size_t m = 0; m < n; ++m) {
+    for (size_t j = 0; j + m < n; ++j) pp[m] += p[j] * p[j + m];
+  }
+  return pp;
 }
 
 // Energy per RoPE pair of the locality bias: ~1/theta between theta = 1 and 1/(12 W), which makes
@@ -96,6 +119,10 @@ Design make_design(const SynthSpec& s) {
   const int n_p = std::max(1, std::min(s.n_ctx, std::clamp(static_cast<int>(8.0f * s.attn_window), kRefPosition, 1024)));
   std::vector<double> p(static_cast<size_t>(n_p), 1.0 / n_p);  // uniform without locality
   double scale2 = 1.0;            // s^2: product of the q and k deterministic scales
+  // The log of a head's softmax denominator (sum_j exp(score_j)) over the full context and over a
+  // sliding window: where the attention sinks of gpt-oss are placed.
+  const int n_swa = s.arch == Arch::gpt_oss ? std::min(n_p, s.sliding_window) : n_p;
+  double log_z_full = std::log(static_cast<double>(n_p)) + 0.5, log_z_swa = std::log(static_cast<double>(n_swa)) + 0.5;
   if (d.local_attention) {
     const std::vector<double> c = pair_energy(s), th = rope_thetas(s);
     const double d0 = kernel(c, th, 0);
@@ -107,9 +134,18 @@ Design make_design(const SynthSpec& s) {
     if (!(range > 1e-3 * d0)) range = d0;
     const double kappa = kLocalRangeNats / range;  // nats per unit of kernel
     scale2 = kappa * std::sqrt(static_cast<double>(hd));
-    double z = 0;
-    for (int k = 0; k < n_p; ++k) z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
+    double z = 0, z_swa = 0;
+    for (int k = 0; k < n_p; ++k) {
+      z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
+      if (k < n_swa) z_swa += p[static_cast<size_t>(k)];
+    }
     for (double& x : p) x /= z;
+    // Scores: kappa * kernel(dist) from the biases, plus the q/k content terms of variance
+    // kappa^2 hd rho^2 (2 + rho^2), which add half of it to log sum exp.
+    const double rho = d.content_ratio;
+    const double noise = kappa * kappa * hd * rho * rho * (2.0 + rho * rho);
+    log_z_full = kappa * d0 + std::log(z) + 0.5 * noise;
+    log_z_swa = kappa * d0 + std::log(z_swa) + 0.5 * noise;
     d.head_bias.assign(static_cast<size_t>(hd), 0.0f);
     const int half = hd / 2;
     for (int i = 0; i < half; ++i) {
@@ -120,27 +156,32 @@ Design make_design(const SynthSpec& s) {
   }
   double s2 = 0;
   for (double x : p) s2 += x * x;
-  // pp[m] = sum_j p[j] p[j + m]: the attention output's autocovariance for white values.
-  std::vector<double> pp(static_cast<size_t>(n_p), 0.0);
-  for (int m = 0; m < n_p; ++m) {
-    for (int j = 0; j + m < n_p; ++j) pp[static_cast<size_t>(m)] += p[static_cast<size_t>(j)] * p[static_cast<size_t>(j + m)];
-  }
+  const std::vector<double> pp = weight_autocov(p);
+  const std::vector<double> pp_swa = weight_autocov(truncate_weights(p, n_swa));
   d.attn_sum_p2 = s2;
   const double rho = d.local_attention ? d.content_ratio : 1.0;
+  // YaRN multiplies the rotated q and k by `mag`: the deterministic scales make up for it.
+  const double mag = yarn_magnitude(s);
   double qk_sigma;  // element std of Wq and Wk
   if (has_qk_norm(s.arch)) {
     // q = rmsnorm(b + rho n) * w: rms(b + rho n) = sqrt(1 + rho^2), so w = s sqrt(1 + rho^2).
     d.bias_scale = 1.0f;
-    d.qk_norm_weight = d.local_attention ? static_cast<float>(std::sqrt(scale2 * (1.0 + rho * rho))) : 1.0f;
+    d.qk_norm_weight = static_cast<float>((d.local_attention ? std::sqrt(scale2 * (1.0 + rho * rho)) : 1.0) / mag);
     qk_sigma = rho * inv_sqrt_e;
   } else {
-    d.bias_scale = static_cast<float>(std::sqrt(scale2));
-    qk_sigma = d.local_attention ? rho * std::sqrt(scale2) * inv_sqrt_e : inv_sqrt_e;
+    d.bias_scale = static_cast<float>(std::sqrt(scale2) / mag);
+    qk_sigma = (d.local_attention ? rho * std::sqrt(scale2) * inv_sqrt_e : inv_sqrt_e) / mag;
   }
   d.score_scale = static_cast<float>(std::sqrt(scale2));
 
   // --- FFN expectations ------------------------------------------------------------------------
   d.silu_sq = gauss_expect([](double z) { const double v = z * sigmoid(z); return v * v; });
+  // E[act^2] of the routed experts: silu(g) u, or gpt-oss's clamped min(g, 7) sigmoid(1.702 min(g, 7))
+  // (clamp(u, -7, 7) + 1) with E[(u + 1)^2] = 2.
+  const double act_sq = s.arch != Arch::gpt_oss ? d.silu_sq : 2.0 * gauss_expect([](double z) {
+    const double g = std::min(z, 7.0), v = g * sigmoid(1.702 * g);
+    return v * v;
+  });
   const double sig_sq = gauss_expect([](double z) { const double v = sigmoid(z); return v * v; });
   const int n_exp = d.moe ? s.n_expert : 1;
   const int k = d.moe ? s.n_expert_used : 1;
@@ -217,12 +258,14 @@ Design make_design(const SynthSpec& s) {
   for (int il = 0; il < s.n_layer; ++il) {
     LayerDesign& L = d.layers[static_cast<size_t>(il)];
     const double v = SC[0] + ST[0];
+    const bool swa = synth_is_swa(s, il);
+    const std::vector<double>& ppl = swa ? pp_swa : pp;
     // acf_y(k) = sum_{i,j} p_i p_j rho_V(k + i - j) = sum_m pp(|m|) rho_V(|k + m|).
     for (int kk = 0; kk < n_p; ++kk) {
       double acc = 0;
       for (int m = -(n_p - 1); m < n_p; ++m) {
         const int lag = std::abs(kk + m);
-        if (lag < n_p) acc += pp[static_cast<size_t>(std::abs(m))] * (SC[static_cast<size_t>(lag)] + ST[static_cast<size_t>(lag)]) / v;
+        if (lag < n_p) acc += ppl[static_cast<size_t>(std::abs(m))] * (SC[static_cast<size_t>(lag)] + ST[static_cast<size_t>(lag)]) / v;
       }
       acf_y[static_cast<size_t>(kk)] = acc;
     }
@@ -252,9 +295,22 @@ Design make_design(const SynthSpec& s) {
     d.attn_var[static_cast<size_t>(il)] = var_y;
     L.sigma_q = L.sigma_k = static_cast<float>(qk_sigma);
     L.sigma_v = static_cast<float>(inv_sqrt_e);
-    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * hd);
+    double kept2 = 1.0;  // mean over heads of the squared share of attention the sinks leave
+    if (s.arch == Arch::gpt_oss) {
+      // Sink shares f_h in [0.1, 0.5], a function of (seed, layer): sink = log Z + logit(f).
+      Rng rng(tensor_key(s.seed, "attn_sinks.blk." + std::to_string(il)));
+      const double log_z = swa ? log_z_swa : log_z_full;
+      L.sinks.resize(static_cast<size_t>(s.n_head));
+      kept2 = 0;
+      for (float& sink : L.sinks) {
+        const double f = 0.1 + 0.4 * rng.uniform();
+        sink = static_cast<float>(log_z + std::log(f / (1.0 - f)));
+        kept2 += (1.0 - f) * (1.0 - f) / s.n_head;
+      }
+    }
+    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * hd * kept2);
     L.sigma_gate = L.sigma_up = static_cast<float>(inv_sqrt_e);
-    L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * d.silu_sq);
+    L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * act_sq);
     if (s.n_ff_shexp > 0) {
       L.sigma_sh_gate = L.sigma_sh_up = L.sigma_sh_inp = static_cast<float>(inv_sqrt_e);
       L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, sig_sq * FS * d.silu_sq);

@@ -158,7 +158,8 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
         matmul(w.layers[static_cast<size_t>(il)].router, xp.data(), T, E, logits.data(), X, ctx.pool(), acts);
         int64_t hit_k = 0, hit_2k = 0;
         for (int t = 0; t < T; ++t) {
-          const float* lg = logits.data() + static_cast<size_t>(t) * X;
+          float* lg = logits.data() + static_cast<size_t>(t) * X;
+          selection_scores(rp, w.layers[static_cast<size_t>(il)], lg);  // router bias, gating, selection bias
           std::iota(order.begin(), order.end(), 0);
           std::partial_sort(order.begin(), order.begin() + K2, order.end(),
                             [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });

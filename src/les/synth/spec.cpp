@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "les/convert/quantize_model.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
 
@@ -34,6 +35,10 @@ const NamedShape kShapes[] = {
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
+    // gpt-oss: 64 heads of 64 over n_embd 2880; sliding window 128 on the even layers, YaRN 32x
+    // over 4096 positions (gpt_oss_shape_defaults).
+    {"gpt-oss-20b", Arch::gpt_oss, 24, 2880, 64, 8, 64, 32, 4, 2880, 0, 201088, 131072, 150000.0f},
+    {"gpt-oss-120b", Arch::gpt_oss, 36, 2880, 64, 8, 64, 128, 4, 2880, 0, 201088, 131072, 150000.0f},
 };
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
@@ -53,6 +58,7 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "llama" || name == "mixtral") return Arch::llama;
   if (name == "qwen3") return Arch::qwen3;
   if (name == "qwen35moe") return Arch::qwen35moe;
+  if (name == "gpt-oss") return Arch::gpt_oss;
   return std::nullopt;
 }
 
@@ -112,6 +118,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     if (s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
     s.attn_window = 0.0f;  // no q/k biases in this architecture
   }
+  if (s.arch == Arch::gpt_oss) gpt_oss_shape_defaults(s);
   return s;
 }
 
@@ -161,6 +168,7 @@ void validate(const SynthSpec& s) {
     if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
     if (s.attn_window != 0.0f) fail("attn-window must be 0 for qwen35moe (the architecture has no q/k biases)");
   }
+  validate_gpt_oss(s);
   if (s.n_mtp != 0 && (s.n_mtp != 1 || s.arch != Arch::qwen35moe)) {
     fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
   }

@@ -62,6 +62,15 @@ struct SynthSpec {
   int ssm_d_conv = 4;
   int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1
 
+  // gpt-oss: the even layers attend to the last sliding_window positions only; YaRN RoPE scaling
+  // by yarn_factor over yarn_orig_ctx positions when yarn_factor > 0; rope_freq_base_swa, when
+  // > 0, is written as the SWA layers' RoPE base. Attention sinks take a share of each head's
+  // attention (design.h).
+  int sliding_window = 0;
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
+  float rope_freq_base_swa = 0.0f;
+
   // Tensor types: a type or mix as `les quantize` takes it ("q4_K", "q4_k_m", "q8_0", "f16", ...).
   // Norms, biases and routers are always F32.
   std::string type = "q8_0";
@@ -84,12 +93,13 @@ struct SynthSpec {
 // tiny MoE), "qwen3-30b-a3b", "35b-a3b" (the MiniCPM-V 4.7 / Qwen3.6-35B-A3B MoE dimensions,
 // without the hybrid attention), "qwen35-35b-a3b" (the real qwen35moe 35B-A3B: 30 DeltaNet + 10
 // gated attention layers), "qwen35-tiny" (a small qwen35moe for tests), "qwen3-0.6b" (dense, a draft for the 30B), "mixtral-8x7b",
-// "olmoe-1b-7b". `arch` overrides the shape's own architecture; dimensions the architecture
+// "olmoe-1b-7b", "gpt-oss-20b" and "gpt-oss-120b". `arch` overrides the shape's own architecture; dimensions the architecture
 // cannot take (qwen2moe and olmoe need heads x head_dim = n_embd, olmoe needs kv heads = heads)
 // are adapted. Throws les::Error for an unknown name.
 SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch = std::nullopt);
 std::vector<std::string> shape_names();
-// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe"; nullopt if unknown.
+// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "gpt-oss"; nullopt
+// if unknown.
 std::optional<Arch> parse_arch(const std::string& name);
 
 // Checks a spec; throws les::Error naming the offending field (used > experts, heads x head_dim

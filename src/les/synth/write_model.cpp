@@ -8,6 +8,7 @@
 
 #include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/design.h"
 #include "les/synth/random_fill.h"
 #include "les/synth/synth.h"
@@ -21,7 +22,7 @@ namespace {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-class Builder {
+class Builder final : public TensorSink {
  public:
   Builder(const SynthSpec& s, bool with_data)
       : s_(s), d_(make_design(s)), plan_(parse_quantize_plan(s.type)),
@@ -86,6 +87,7 @@ class Builder {
       w_.add_u32(p + "ssm.time_step_rank", static_cast<uint32_t>(s_.ssm_n_v_heads));
       w_.add_u32(p + "ssm.inner_size", static_cast<uint32_t>(s_.ssm_n_v_heads * s_.ssm_d_state));
     }
+    if (s_.arch == Arch::gpt_oss) add_gpt_oss_keys(w_, s_);
     add_synth_tokenizer(w_, s_.n_vocab, s_.image_tokens);
   }
 
@@ -145,7 +147,7 @@ class Builder {
   }
 
   // An F32 tensor of any shape: offset + sigma * (approximately normal values).
-  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) {
+  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) override {
     int64_t n = 1;
     for (int64_t d : ne) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
@@ -161,6 +163,7 @@ class Builder {
 
   void add_layer(int il) {
     if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
+    if (s_.arch == Arch::gpt_oss) return add_gpt_oss_layer(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;
@@ -225,7 +228,7 @@ class Builder {
 
   // The same, writing into the hidden state: output rows (coordinates) r % ne[1] below
   // n_ctx_dims have std sigma.ctx, the others sigma.tok.
-  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) {
+  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) override {
     const Type t = planned_type(plan_, name, ne, Type::F32, s_.n_layer);
     count(ne, t);
     const int64_t row_len = ne[0];
@@ -250,7 +253,7 @@ class Builder {
 
   // The router [n_embd] x [n_expert], F32: element (e, j) has std gain[e] * (router.ctx for the
   // context coordinates j, router.tok for the others).
-  void router(const std::string& name, const LayerDesign& L) {
+  void router(const std::string& name, const LayerDesign& L) override {
     const int64_t E = s_.n_embd, X = s_.n_expert;
     count({E, X}, Type::F32);
     const uint64_t key = tensor_key(s_.seed, name);
@@ -268,7 +271,7 @@ class Builder {
     }));
   }
 
-  void vector(const std::string& name, std::vector<float> v) {
+  void vector(const std::string& name, std::vector<float> v) override {
     const int64_t n = static_cast<int64_t>(v.size());
     count({n}, Type::F32);
     auto data = std::make_shared<std::vector<float>>(std::move(v));

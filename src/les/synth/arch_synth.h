@@ -1,0 +1,55 @@
+// Architecture-specific parts of the synthetic model writer (write_<arch>.cpp): shape defaults,
+// validation, metadata keys and layer tensors, written through the writer's tensor operations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "les/gguf/gguf.h"
+#include "les/synth/design.h"
+#include "les/synth/synth.h"
+
+namespace les::synth {
+
+// The tensor operations of the model writer (write_model.cpp). Every tensor is a function of
+// (seed, name, shape, scale); matrices take the spec's planned type, vectors are F32.
+class TensorSink {
+ public:
+  virtual ~TensorSink() = default;
+  // A weight matrix (2-D or an expert stack [n_in, n_out, n_expert]): output rows (hidden-state
+  // coordinates) below the design's context split have element std sigma.ctx, the others sigma.tok.
+  virtual void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) = 0;
+  // The F32 router [n_embd, n_expert] of a layer design.
+  virtual void router(const std::string& name, const LayerDesign& L) = 0;
+  virtual void vector(const std::string& name, std::vector<float> v) = 0;
+  // An F32 tensor of approximately normal values: offset + sigma * N(0, 1).
+  virtual void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) = 0;
+
+  void matrix(const std::string& name, std::vector<int64_t> ne, float sigma) {
+    matrix(name, std::move(ne), SplitSigma{sigma, sigma});
+  }
+};
+
+// --- gpt-oss (write_gpt_oss.cpp) ---
+// Fills the gpt-oss fields of a spec made from a named shape: sliding window 128 (16 on the small
+// test shapes, n_ctx <= 512), YaRN factor 32 over 4096 positions.
+void gpt_oss_shape_defaults(SynthSpec& s);
+// Throws les::Error for gpt-oss fields out of range (and for them on another architecture).
+void validate_gpt_oss(const SynthSpec& s);
+// Whether layer il of the spec is a sliding-window layer (gpt-oss: the even layers, llama.cpp's
+// default pattern).
+bool synth_is_swa(const SynthSpec& s, int il);
+// YaRN's factor on RoPE pair i's frequency (1 without YaRN): 1/factor beyond the correction dims,
+// 1 below them, ggml's ramp in between.
+double yarn_theta_factor(const SynthSpec& s, int pair);
+// YaRN's magnitude scaling of the rotated q and k (1 without YaRN).
+double yarn_magnitude(const SynthSpec& s);
+// The gpt-oss keys beyond the common ones (expert width, sliding window, YaRN).
+void add_gpt_oss_keys(gguf::Writer& w, const SynthSpec& s);
+// Layer il: attention with q/k/v/o biases and sinks, post-attention norm, MoE with router and
+// expert biases.
+void add_gpt_oss_layer(TensorSink& out, const SynthSpec& s, const Design& d, int il);
+
+}  // namespace les::synth
