@@ -557,6 +557,7 @@ TEST(GptOss, NamedShapesHaveThePublishedSizes) {
     EXPECT_EQ(s.sliding_window, 128);
     EXPECT_EQ(s.yarn_factor, 32.0f);
     EXPECT_EQ(s.yarn_orig_ctx, 4096);
+    EXPECT_EQ(s.context_focus, cs.n_expert == 128 ? 0.30f : 0.9f);  // real routing's reuse (docs/synth.md)
     s.type = "f32";
     const uint64_t f32_bytes = synth::synth_file_bytes(s);
     const double params = static_cast<double>(f32_bytes) / 4.0 / 1e9;  // header and padding: < 1e-4 B

@@ -36,9 +36,11 @@ const NamedShape kShapes[] = {
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
     // gpt-oss: 64 heads of 64 over n_embd 2880; sliding window 128 on the even layers, YaRN 32x
-    // over 4096 positions (gpt_oss_shape_defaults).
+    // over 4096 positions (gpt_oss_shape_defaults). The 120b's 36 layers of 128 experts need
+    // context-focus 0.30 for real routing's reuse (docs/synth.md); the 20b's 24 layers of 32
+    // experts have it with the default.
     {"gpt-oss-20b", Arch::gpt_oss, 24, 2880, 64, 8, 64, 32, 4, 2880, 0, 201088, 131072, 150000.0f},
-    {"gpt-oss-120b", Arch::gpt_oss, 36, 2880, 64, 8, 64, 128, 4, 2880, 0, 201088, 131072, 150000.0f},
+    {"gpt-oss-120b", Arch::gpt_oss, 36, 2880, 64, 8, 64, 128, 4, 2880, 0, 201088, 131072, 150000.0f, 0, 0, 0, 0, 0.30f},
 };
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
@@ -104,7 +106,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   }
   if (s.arch == Arch::qwen2moe && s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
   if (needs_square_attention(s.arch) && s.n_head * s.head_dim != s.n_embd) {
-    s.head_dim = s.n_embd % 128 == 0 ? 128 : s.n_embd / s.n_head;
+    s.head_dim = s.n_embd % 128 == 0 ? 128 : s.n_embd % 64 == 0 ? 64 : s.n_embd / s.n_head;
     s.n_head = s.n_embd / s.head_dim;
     s.n_head_kv = std::gcd(s.n_head, s.n_head_kv);
   }
