@@ -128,9 +128,15 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
     const int top_n = std::max(1, X / 10);
     std::vector<int> order(static_cast<size_t>(X));
     double sum_rk = 0, sum_r2k = 0, sum_reuse = 0, sum_top = 0, sum_mm = 0;
+    int n_moe = 0, n_recall = 0;  // routed layers; those with a predecessor (recall measured)
     for (int il = 0; il < c.n_layer; ++il) {
       LayerRouting& L = r.layers[static_cast<size_t>(il)];
       const auto& s = sel[static_cast<size_t>(il)];
+      if (s.empty()) {  // a dense lead layer: no routing to measure
+        L.recall_k = L.recall_2k = L.temporal_reuse = L.top10_share = L.max_over_mean = std::nan("");
+        continue;
+      }
+      ++n_moe;
       // Load.
       std::vector<int64_t> cnt(static_cast<size_t>(X), 0);
       for (int32_t e : s) ++cnt[static_cast<size_t>(e)];
@@ -156,6 +162,8 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
       } else {
         const std::vector<float>& xp = rec.inputs[static_cast<size_t>(il - 1)];
         matmul(w.layers[static_cast<size_t>(il)].router, xp.data(), T, E, logits.data(), X, ctx.pool(), acts);
+        // Ranked by what the router selects by (selection bias, groups), as the predictor ranks.
+        for (int t = 0; t < T; ++t) selection_scores(rp, w.layers[static_cast<size_t>(il)], logits.data() + static_cast<size_t>(t) * X);
         int64_t hit_k = 0, hit_2k = 0;
         for (int t = 0; t < T; ++t) {
           const float* lg = logits.data() + static_cast<size_t>(t) * X;
@@ -173,6 +181,7 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
         }
         L.recall_k = static_cast<double>(hit_k) / (static_cast<double>(T) * K);
         L.recall_2k = static_cast<double>(hit_2k) / (static_cast<double>(T) * K);
+        ++n_recall;
         sum_rk += L.recall_k;
         sum_r2k += L.recall_2k;
       }
@@ -181,9 +190,9 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
       sum_mm += L.max_over_mean;
       r.never_used += L.never_used;
     }
-    const double nl = c.n_layer;
-    r.recall_k = c.n_layer > 1 ? sum_rk / (nl - 1) : std::nan("");
-    r.recall_2k = c.n_layer > 1 ? sum_r2k / (nl - 1) : std::nan("");
+    const double nl = std::max(1, n_moe);
+    r.recall_k = n_recall > 0 ? sum_rk / n_recall : std::nan("");
+    r.recall_2k = n_recall > 0 ? sum_r2k / n_recall : std::nan("");
     r.temporal_reuse = sum_reuse / nl;
     r.top10_share = sum_top / nl;
     r.max_over_mean = sum_mm / nl;
@@ -208,6 +217,10 @@ std::string format_report(const RoutingReport& r) {
   s += strfmt("layer  recall@%-3d recall@%-3d reuse   top10%%  max/mean  unused  stream_rms\n", r.k, std::min(2 * r.k, r.n_expert));
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const LayerRouting& L = r.layers[i];
+    if (std::isnan(L.temporal_reuse)) {
+      s += strfmt("%5zu  dense lead layer (no experts)                               %.3g\n", i, L.stream_rms);
+      continue;
+    }
     if (std::isnan(L.recall_k)) {
       s += strfmt("%5zu  %-10s %-10s", i, "-", "-");
     } else {
