@@ -820,6 +820,11 @@ TEST(Glm4Moe, BadFilesAreRefused) {
   expect_error("M-RoPE sections", "M-RoPE");
   rewrite(good, bad, [](KvList& kv) { find_key(kv, "glm4moe.expert_gating_func")->u64 = 3; });
   expect_error("gating function", "expert_gating_func");
+  // Without expert_gating_func the gating is sigmoid, as llama.cpp defaults it for glm4moe.
+  const std::string no_gating = dir + "/no_gating.gguf";
+  rewrite(good, no_gating, [](KvList& kv) { erase_key(kv, "glm4moe.expert_gating_func"); });
+  const std::vector<int32_t> toks = random_tokens(12, s.n_vocab, 6);
+  EXPECT_EQ(all_logits(*Model::load(no_gating), toks, 1), all_logits(*Model::load(good), toks, 1));
   // Without its own embedding, head norm and head, the NextN block uses the trunk's.
   const std::string shared = dir + "/shared_head.gguf";
   rewrite(good, shared, [](KvList&) {}, [](std::vector<OutTensor>& ts) {
