@@ -481,9 +481,17 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
     ensure(router_logits_, sz(n) * sz(cfg_.n_expert));
     if (matmul_observer_) observe(il, Product::router, -1, xn_.data(), n, E);
     matmul(L.router, xn_.data(), n, E, router_logits_.data(), cfg_.n_expert, pool_, acts_);
+    if (routing_observer_ && trunk) {  // the observer sees the logits (route_layer overwrites them)
+      raw_logits_.assign(router_logits_.begin(), router_logits_.begin() + static_cast<ptrdiff_t>(sz(n) * sz(cfg_.n_expert)));
+      if (L.router_bias.present()) {
+        for (int i = 0; i < n; ++i) {
+          for (int e = 0; e < cfg_.n_expert; ++e) raw_logits_[sz(i) * sz(cfg_.n_expert) + sz(e)] += L.router_bias.data[e];
+        }
+      }
+    }
     route_layer(router_params(cfg_), L, router_logits_.data(), n, sel_ids_.data(), sel_w_.data());
     if (routing_observer_ && trunk) {
-      routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, router_logits_.data(), cfg_.n_expert);
+      routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, raw_logits_.data(), cfg_.n_expert);
     }
   } else {
     for (int i = 0; i < n; ++i) {

@@ -31,7 +31,8 @@ struct ContextParams {
 using LayerObserver = std::function<void(int layer, const char* name, const float* data, int64_t n_tok, int64_t width)>;
 
 // Observer of each MoE layer's routing, for every token of a forward call: the selected expert
-// ids and their weights [n_tok][k] (router order) and the router's logits [n_tok][n_expert].
+// ids and their weights [n_tok][k] (router order) and the router's logits [n_tok][n_expert] (with
+// the router bias of architectures that have one; before gating and selection bias).
 using RoutingObserver = std::function<void(int layer, int64_t n_tok, const int32_t* ids, const float* weights, int k,
                                            const float* logits, int n_expert)>;
 
@@ -178,6 +179,7 @@ class Context {
   std::unique_ptr<GatedAttentionMixer> gated_attn_;
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
+  std::vector<float> raw_logits_;  // router logits (+ router bias) for the routing observer
   std::vector<float> logits_;  // [n_outputs][n_vocab]
   std::vector<float> hidden_;  // [n_outputs][n_embd]: after output_norm
   // MTP head: rows of the last mtp_eval.
