@@ -276,7 +276,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     if (cfg_.arch == Arch::qwen35moe) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
-      attention(il, n, pos0);
+      attention(model_.weights().layers[sz(il)], il, n, pos0);
     }
     ffn(model_.weights().layers[sz(il)], il, n);
     experts_->on_layer_output(il, h_.data(), n);
@@ -297,8 +297,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
 
-void Context::attention(int il, int n, int pos0) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   const int64_t E = cfg_.n_embd;
   const int hd = cfg_.head_dim_k, hdv = cfg_.head_dim_v;
   const int64_t nq = cfg_.n_q(), nk = cfg_.n_kv_k(), nv = cfg_.n_kv_v();
