@@ -342,11 +342,13 @@ TEST(GptOssAttention, SinksAndWindowMatchADirectEvaluation) {
   }
 }
 
-struct TypeCase {
+namespace {
+struct GptOssType {
   const char* type;
 };
+}  // namespace
 
-class GptOssVsLlamaCpp : public ::testing::TestWithParam<TypeCase> {};
+class GptOssVsLlamaCpp : public ::testing::TestWithParam<GptOssType> {};
 
 TEST_P(GptOssVsLlamaCpp, Logits) {
   LES_REQUIRE_LLAMACPP();
@@ -367,9 +369,9 @@ TEST_P(GptOssVsLlamaCpp, Logits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GptOssVsLlamaCpp,
-                         ::testing::Values(TypeCase{"f32"}, TypeCase{"f16"}, TypeCase{"q8_0"}, TypeCase{"mxfp4_moe"},
-                                           TypeCase{"q4_K"}, TypeCase{"q4_k_m"}),
-                         [](const ::testing::TestParamInfo<TypeCase>& info) { return std::string(info.param.type); });
+                         ::testing::Values(GptOssType{"f32"}, GptOssType{"f16"}, GptOssType{"q8_0"},
+                                           GptOssType{"mxfp4_moe"}, GptOssType{"q4_K"}, GptOssType{"q4_k_m"}),
+                         [](const ::testing::TestParamInfo<GptOssType>& info) { return std::string(info.param.type); });
 
 TEST(GptOssVsLlamaCppGreedy, ContinuationsEqual) {
   LES_REQUIRE_LLAMACPP();

@@ -32,6 +32,18 @@ class TensorSink {
   }
 };
 
+// --- glm4moe (write_glm4moe.cpp) ---
+// Fills the glm4moe fields of a spec made from a named shape (partial rotary, dense lead layers,
+// shared expert, routed scaling, q/k norms, the NextN block): the real GLM-4.5 / GLM-4.5-Air
+// values for their shapes, small ones for any other shape.
+void glm4moe_shape_defaults(SynthSpec& s, const std::string& shape);
+// Throws les::Error (via fail) for glm4moe fields out of range.
+void validate_glm4moe(const SynthSpec& s);
+// The glm4moe keys beyond the common ones (FFN widths, routing, NextN count).
+void add_glm4moe_keys(gguf::Writer& w, const SynthSpec& s);
+// Block il: a trunk layer (il < n_layer) or the NextN block (il == n_layer).
+void add_glm4moe_block(TensorSink& out, const SynthSpec& s, const Design& d, int il);
+
 // --- gpt-oss (write_gpt_oss.cpp) ---
 // Fills the gpt-oss fields of a spec made from a named shape: sliding window 128 (16 on the small
 // test shapes, n_ctx <= 512), YaRN factor 32 over 4096 positions.

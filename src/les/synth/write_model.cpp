@@ -33,7 +33,8 @@ class Builder final : public TensorSink {
     const int64_t E = s_.n_embd, V = s_.n_vocab;
     matrix("token_embd.weight", {E, V}, d_.sigma_embd);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
-    if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
+    if (s_.n_mtp > 0 && s_.arch == Arch::glm4moe) add_glm4moe_block(*this, s_, d_, s_.n_layer);
+    else if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
     vector("output_norm.weight", std::move(onorm));
@@ -59,13 +60,16 @@ class Builder final : public TensorSink {
     w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
     w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
     const bool hybrid = s_.arch == Arch::qwen35moe;
-    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
+    const bool partial_rope = hybrid || s_.arch == Arch::glm4moe;
+    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(partial_rope ? s_.n_rot : s_.head_dim));
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
     w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
     if (d_.moe) {
       w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
       w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
-      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
+      if (s_.arch == Arch::glm4moe) {
+        add_glm4moe_keys(w_, s_);
+      } else if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
         w_.add_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
       } else {
@@ -163,6 +167,7 @@ class Builder final : public TensorSink {
 
   void add_layer(int il) {
     if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
+    if (s_.arch == Arch::glm4moe) return add_glm4moe_block(*this, s_, d_, il);
     if (s_.arch == Arch::gpt_oss) return add_gpt_oss_layer(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
