@@ -286,6 +286,37 @@ TEST(GptOss, LayerPatternAndIgnoredKeys) {
   }
 }
 
+// The clamped SwiGLU's limits (gate <= 7, |up| <= 7) against llama.cpp: expert biases of +-9 and
+// +-12 put a large share of the gate and up values beyond them.
+TEST(GptOss, ClampedSwigluMatchesLlamaCpp) {
+  LES_REQUIRE_LLAMACPP();
+  ScopedDir d;
+  const std::string good = write_model(gpt_oss_spec(), d, "good.gguf");
+  const std::string clamped = d.file("clamped.gguf");
+  rewrite(good, clamped, {}, [](std::string& name, auto&, Type& type, std::vector<uint8_t>& bytes) {
+    const bool gate = name.find("ffn_gate_exps.bias") != std::string::npos;
+    if ((gate || name.find("ffn_up_exps.bias") != std::string::npos) && type == Type::F32) {
+      float* b = reinterpret_cast<float*>(bytes.data());
+      const size_t n = bytes.size() / sizeof(float);
+      for (size_t i = 0; i < n; ++i) {
+        if (i % 3 == 0) b[i] += (i % 2 ? 1.0f : -1.0f) * (gate ? 9.0f : 12.0f);
+      }
+    }
+    return true;
+  });
+  auto m = Model::load(clamped);
+  // The edited file computes something else than the original, and stays finite.
+  const std::vector<int32_t> toks = random_tokens(30, 512, 6);
+  const std::vector<float> a = batch_logits(*m, toks);
+  EXPECT_NE(a, batch_logits(*Model::load(good), toks));
+  for (float x : a) ASSERT_TRUE(std::isfinite(x));
+  const Agreement ag = compare(clamped, {toks}, d);
+  std::printf("gpt-oss f32, clamped SwiGLU: mean KLD %.3g, top-1 %d/%d, max|diff| %.3g\n", ag.mean_kld, ag.top1_agree,
+              ag.positions, ag.max_abs);
+  EXPECT_LE(ag.mean_kld, 1e-6);
+  EXPECT_EQ(ag.top1_agree, ag.positions);
+}
+
 // The attention core with sinks and a window against a direct double-precision evaluation.
 TEST(GptOssAttention, SinksAndWindowMatchADirectEvaluation) {
   const int n_head = 4, n_head_kv = 2, hd = 16, pos0 = 5, n = 14;
@@ -594,10 +625,12 @@ TEST(GptOss, NamedShapesHaveThePublishedSizes) {
 // spread logits.
 TEST(GptOss, EveryTypeAndRecipe) {
   ScopedDir d;
-  const char* types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K",
-                         "q5_K", "q6_K", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s",
-                         "iq1_s", "iq1_m", "tq1_0", "tq2_0", "mxfp4", "nvfp4", "mxfp4_moe", "q2_k_s", "q3_k_m",
-                         "q4_k_m", "q5_k_s", "q6_k", "iq2_m", "iq3_m", "IQ4_XS"};
+  // Every weight type, every recipe, and llama.cpp ftype names (upper case: their recipes).
+  const char* types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K",
+                         "q6_K", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
+                         "tq1_0", "tq2_0", "mxfp4", "nvfp4", "q2_k_s", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s",
+                         "q4_k_m", "q5_k_s", "q5_k_m", "iq2_m", "iq3_xs", "iq3_m", "mxfp4_moe", "Q2_K", "Q6_K",
+                         "IQ4_XS", "IQ2_XXS", "IQ2_S", "IQ1_M", "TQ1_0"};
   for (const char* type : types) {
     const std::string p = d.file("t.gguf");
     std::string err;
