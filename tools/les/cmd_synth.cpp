@@ -122,7 +122,7 @@ int cmd_synth(int argc, char** argv) {
   Args a("synth", kSummary,
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
-          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet), dflash (a DSpark drafter for --target); default: the shape's", "ARCH"},
+          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet), qwen3next, dflash (a DSpark drafter for --target); default: the shape's", "ARCH"},
           {{"--target"}, true, "dflash: the target model the drafter is for", "FILE"},
           {{"--block"}, true, "dflash: block size (default 4)", "N"},
           {{"--rank"}, true, "dflash: Markov head rank (default 32)", "N"},

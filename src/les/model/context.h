@@ -140,7 +140,7 @@ class Context {
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
                      const float* h_in = nullptr);
   void attention(int il, int n, int pos0);
-  // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
+  // qwen35moe, qwen3next: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.

@@ -19,9 +19,11 @@ constexpr float kOutputNormCtx = 0.5f;    // output_norm weight of the context c
 constexpr int kRefPosition = 64;          // fewest key positions the attention weights are computed over
 
 bool has_router(const SynthSpec& s) { return s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0); }
-bool norm_topk(Arch a) { return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe; }
+bool norm_topk(Arch a) {
+  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::qwen3next;
+}
 bool has_qk_norm(Arch a) {
-  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe;
+  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || a == Arch::qwen3next;
 }
 
 // E[f(z)] for z ~ N(0, 1) by the trapezoid rule on [-12, 12].

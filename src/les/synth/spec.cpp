@@ -34,7 +34,11 @@ const NamedShape kShapes[] = {
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
+    {"qwen3-next-80b-a3b", Arch::qwen3next, 48, 2048, 16, 2, 256, 512, 10, 512, 512, 151936, 262144, 1e7f, 128, 16, 32, 64},
 };
+
+// The hybrid DeltaNet / gated attention architectures.
+bool is_hybrid(Arch a) { return a == Arch::qwen35moe || a == Arch::qwen3next; }
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
 
@@ -53,6 +57,7 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "llama" || name == "mixtral") return Arch::llama;
   if (name == "qwen3") return Arch::qwen3;
   if (name == "qwen35moe") return Arch::qwen35moe;
+  if (name == "qwen3next") return Arch::qwen3next;
   return std::nullopt;
 }
 
@@ -76,7 +81,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   s.n_expert = ns->n_expert;
   s.n_expert_used = ns->n_expert_used;
   s.n_ff_exp = ns->n_ff_exp;
-  s.n_ff_shexp = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe ? ns->n_ff_shexp : 0;
+  s.n_ff_shexp = s.arch == Arch::qwen2moe || is_hybrid(s.arch) ? ns->n_ff_shexp : 0;
   s.n_vocab = ns->n_vocab;
   s.n_ctx = ns->n_ctx;
   s.rope_freq_base = ns->rope_freq_base;
@@ -103,7 +108,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     s.n_head_kv = std::gcd(s.n_head, s.n_head_kv);
   }
   if (s.arch == Arch::olmoe) s.n_head_kv = s.n_head;
-  if (s.arch == Arch::qwen35moe) {
+  if (is_hybrid(s.arch)) {
     // Shapes without DeltaNet sizes get heads of head_dim: n_head_kv q/k heads, n_head v heads.
     s.ssm_d_state = ns->ssm_d_state ? ns->ssm_d_state : s.head_dim;
     s.ssm_n_k_heads = ns->ssm_n_k_heads ? ns->ssm_n_k_heads : s.n_head_kv;
@@ -141,12 +146,12 @@ void validate(const SynthSpec& s) {
     }
   }
   if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
-  const bool shared = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe;
+  const bool shared = s.arch == Arch::qwen2moe || is_hybrid(s.arch);
   if (shared && s.n_ff_shexp < 1) fail(strfmt("%s needs a shared expert (ff-shared >= 1)", an));
   if (!shared && s.n_ff_shexp != 0) {
-    fail(strfmt("ff-shared = %d: only qwen2moe and qwen35moe have a shared expert", s.n_ff_shexp));
+    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe and qwen3next have a shared expert", s.n_ff_shexp));
   }
-  if (s.arch == Arch::qwen35moe) {
+  if (is_hybrid(s.arch)) {
     if (s.n_rot < 2 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
       fail(strfmt("rope-dims = %d must be even and in [2, head-dim = %d]", s.n_rot, s.head_dim));
     }
@@ -159,10 +164,10 @@ void validate(const SynthSpec& s) {
       fail(strfmt("ssm-v-heads = %d is not a multiple of ssm-k-heads = %d", s.ssm_n_v_heads, s.ssm_n_k_heads));
     }
     if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
-    if (s.attn_window != 0.0f) fail("attn-window must be 0 for qwen35moe (the architecture has no q/k biases)");
+    if (s.attn_window != 0.0f) fail(strfmt("attn-window must be 0 for %s (the architecture has no q/k biases)", an));
   }
-  if (s.n_mtp != 0 && (s.n_mtp != 1 || s.arch != Arch::qwen35moe)) {
-    fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
+  if (s.n_mtp != 0 && (s.n_mtp != 1 || !is_hybrid(s.arch))) {
+    fail(strfmt("mtp = %d: only qwen35moe and qwen3next have an MTP block, and at most one", s.n_mtp));
   }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
   if (s.image_tokens && s.n_vocab < 263) {
