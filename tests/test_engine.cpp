@@ -3,12 +3,16 @@
 // resident and streamed experts, with a repetition penalty that sees the reused prefix), stop
 // strings, cancellation, clear errors.
 #include <atomic>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "les/chat/chat_template.h"
 #include "les/engine/engine.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
@@ -208,6 +212,54 @@ TEST(Engine, BrokenChatTemplateOnlyFailsChat) {
     EXPECT_NE(std::string(err.what()).find("tokenizer.chat_template"), std::string::npos) << err.what();
   }
   std::remove(path.c_str());
+}
+
+// The template les chat / les serve use is the file's tokenizer.chat_template: a GGUF carrying
+// GLM-4.5's renders the conversations of tests/data/templates as @huggingface/jinja rendered
+// them (expected.json; GLM's template uses neither BOS nor EOS, so the tiny model's tokens do
+// not matter), and the rendering tokenizes.
+TEST(Engine, ChatTemplateComesFromTheFile) {
+  LES_REQUIRE_FILE(tiny_moe_path());
+  using json = nlohmann::ordered_json;
+  const std::string templates = les::test::source_dir() + "/tests/data/templates";
+  const auto read_text = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  const std::string source = read_text(templates + "/glm-4.5.jinja");
+  ASSERT_FALSE(source.empty());
+  const std::string dir = les::test::temp_dir();
+  const std::string path = dir + "/glm-template.gguf";
+  les::test::rewrite_model(tiny_moe_path(), path, [&](les::test::KvList& kv) {
+    les::test::find_kv(kv, "tokenizer.chat_template")->str = source;
+  });
+  EngineOptions o;
+  o.model_path = path;
+  o.context.n_ctx = 2048;
+  Engine e(o);
+  ASSERT_NE(e.chat_template(), nullptr) << e.chat_template_error();
+  EXPECT_EQ(e.chat_template()->source(), source);
+  const json doc = json::parse(read_text(templates + "/cases.json"));
+  const json expected = json::parse(read_text(templates + "/expected.json")).at("glm-4.5");
+  int checked = 0;
+  for (const json& c : doc.at("cases")) {
+    const std::string name = c.at("name").get<std::string>();
+    if (name != "multi_turn" && name != "enable_thinking_false" && name != "tool_call_argument_types" &&
+        name != "reasoning_content") {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const std::string r = e.render_chat(c.at("messages"), c.at("add_generation_prompt").get<bool>(), c.value("extra", json::object()));
+    EXPECT_EQ(r, expected.at(name).get<std::string>());
+    EXPECT_EQ(r.rfind("[gMASK]<sop>", 0), 0u);
+    EXPECT_FALSE(e.tokenize_chat(r).empty());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  std::remove(path.c_str());
+  std::remove(dir.c_str());
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //     template renders content lists itself;
 //   - a tool call's function.arguments string holding a JSON object becomes that object.
 // Variables: messages, add_generation_prompt, bos_token, eos_token, then the case's "extra".
+// The cases file's "now" ("YYYY-MM-DD HH:MM", local time) is the time strftime_now() formats
+// (Date is replaced by one frozen there; les: ChatTemplateOptions::now).
 // A template whose "file" is null is the ChatML fallback (chatml.jinja, ChatTemplate::kChatML).
 //
 //   node render_templates.mjs                 tests/data/templates/cases.json -> expected.json
@@ -81,6 +83,23 @@ class ChatTemplate {
   }
 }
 
+// Makes `new Date()` (and Date.now()) return the local time `now` ("YYYY-MM-DD HH:MM").
+function freezeDate(now) {
+  const m = /^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})$/.exec(now);
+  if (!m) throw new Error(`"now" must be "YYYY-MM-DD HH:MM": ${now}`);
+  const RealDate = Date;
+  const frozen = new RealDate(+m[1], +m[2] - 1, +m[3], +m[4], +m[5]).getTime();
+  globalThis.Date = class extends RealDate {
+    constructor(...args) {
+      if (args.length === 0) super(frozen);
+      else super(...args);
+    }
+    static now() {
+      return frozen;
+    }
+  };
+}
+
 if (process.argv[2] === "--raw") {
   const items = JSON.parse(fs.readFileSync(process.argv[3], "utf8"));
   const results = items.map(({ source, vars }) => {
@@ -99,6 +118,7 @@ const [inPath, outPath] =
     ? [process.argv[2], process.argv[3]]
     : [path.join(dataDir, "cases.json"), path.join(dataDir, "expected.json")];
 const doc = JSON.parse(fs.readFileSync(inPath, "utf8"));
+if (doc.now !== undefined) freezeDate(doc.now);
 const chatml = fs.readFileSync(path.join(dataDir, "chatml.jinja"), "utf8");
 
 const out = {};

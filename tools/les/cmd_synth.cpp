@@ -199,7 +199,7 @@ int cmd_synth(int argc, char** argv) {
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));
-    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen35moe)", a.str("--arch").c_str()));
+    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen35moe, glm4moe)", a.str("--arch").c_str()));
   }
   synth::SynthSpec s = synth::shape_spec(a.str("--shape", "tiny"), arch);
   auto int_flag = [&](const char* name, int& field) { field = static_cast<int>(a.i64(name, field)); };

@@ -77,7 +77,7 @@ std::string ChatTemplate::render_raw(const json& messages, bool add_generation_p
   } else if (!extra.is_null()) {
     throw Error("chat template: extra variables must be a JSON object");
   }
-  return tmpl_.render(vars);
+  return tmpl_.render(vars, jinja::RenderLimits{}, opts_.now);
 }
 
 std::string ChatTemplate::render(const json& messages, bool add_generation_prompt, const json& extra) const {

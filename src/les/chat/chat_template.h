@@ -2,6 +2,7 @@
 // (tokenizer.chat_template), rendered by les::jinja exactly as @huggingface/jinja renders it.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@ namespace les {
 
 struct ChatTemplateOptions {
   std::string bos_token, eos_token;  // the texts of the model's BOS / EOS tokens
+  std::optional<jinja::LocalTime> now;  // what strftime_now() formats; unset: the current local time
 };
 
 class ChatTemplate {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,16 @@ struct RenderLimits {
                                                // (bounds memory: values can be kept in arrays)
 };
 
+// A local date and time for strftime_now() (which formats %Y %m %d %b %B %H %M %%). Renders
+// given none read the clock (local time, as JavaScript's Date does).
+struct LocalTime {
+  int year = 1970;
+  int month = 1;  // 1-12
+  int day = 1;    // 1-31
+  int hour = 0;   // 0-23
+  int minute = 0;  // 0-59
+};
+
 // A parsed template. parse() throws les::Error naming line:column and what was expected.
 class Template {
  public:
@@ -41,8 +52,10 @@ class Template {
 
   // Renders with the given variables (a JSON object; key order preserved: nlohmann::ordered_json).
   // Throws les::Error on a render error; raise_exception('msg') in the template throws
-  // les::Error whose message contains msg.
-  std::string render(const nlohmann::ordered_json& vars, const RenderLimits& limits = {}) const;
+  // les::Error whose message contains msg. `now`: the time strftime_now() formats (a field out of
+  // range throws les::Error); unset: the current local time.
+  std::string render(const nlohmann::ordered_json& vars, const RenderLimits& limits = {},
+                     const std::optional<LocalTime>& now = std::nullopt) const;
 
  private:
   explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}

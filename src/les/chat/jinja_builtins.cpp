@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 
 #include "les/chat/jinja_interp.h"
 #include "les/chat/jinja_js.h"
@@ -650,13 +649,11 @@ Value global_namespace(Interpreter& in, Args& args) {
   return in.make_namespace(std::move(entries));
 }
 
-Value global_strftime_now(Args& args) {
+Value global_strftime_now(const Interpreter& in, Args& args) {
   const std::string format = !args.empty() && args[0].is_string() ? args[0].str() : "";
   static const char* kMonths[] = {"January", "February", "March", "April", "May", "June", "July",
                                   "August", "September", "October", "November", "December"};
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
+  const LocalTime now = in.now();
   const auto pad2 = [](int v) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "%02d", v);
@@ -670,13 +667,13 @@ Value global_strftime_now(Args& args) {
     }
     const char c = format[i + 1];
     switch (c) {
-      case 'Y': out += std::to_string(tm.tm_year + 1900); break;
-      case 'm': out += pad2(tm.tm_mon + 1); break;
-      case 'd': out += pad2(tm.tm_mday); break;
-      case 'b': out += std::string(kMonths[tm.tm_mon]).substr(0, 3); break;
-      case 'B': out += kMonths[tm.tm_mon]; break;
-      case 'H': out += pad2(tm.tm_hour); break;
-      case 'M': out += pad2(tm.tm_min); break;
+      case 'Y': out += std::to_string(now.year); break;
+      case 'm': out += pad2(now.month); break;
+      case 'd': out += pad2(now.day); break;
+      case 'b': out += std::string(kMonths[now.month - 1]).substr(0, 3); break;
+      case 'B': out += kMonths[now.month - 1]; break;
+      case 'H': out += pad2(now.hour); break;
+      case 'M': out += pad2(now.minute); break;
       case '%': out += '%'; break;
       default: out += format[i]; continue;
     }
@@ -697,7 +694,7 @@ void install_globals(Env& global) {
                throw RuntimeError(a.empty() || a[0].is_undefined() ? std::string() : raw_to_string(a[0], in.budget()));
              }}));
   global.set("range", Value::function({[](Interpreter& in, Args& a, const EnvPtr&) { return global_range(in, a); }}));
-  global.set("strftime_now", Value::function({[](Interpreter&, Args& a, const EnvPtr&) { return global_strftime_now(a); }}));
+  global.set("strftime_now", Value::function({[](Interpreter& in, Args& a, const EnvPtr&) { return global_strftime_now(in, a); }}));
   global.set("True", Value::boolean(true));
   global.set("False", Value::boolean(false));
   global.set("None", Value::none());

@@ -1,6 +1,7 @@
 // Statement and expression evaluation, following @huggingface/jinja's Interpreter step by step
 // (operand evaluation order, which operand types each operator accepts, error messages).
 #include <cmath>
+#include <ctime>
 
 #include "les/chat/jinja_interp.h"
 #include "les/chat/jinja_js.h"
@@ -21,7 +22,25 @@ Value Env::lookup(const std::string& name) const {
   return v ? *v : Value::undefined();
 }
 
-Interpreter::Interpreter(const RenderLimits& limits) : limits_(limits), budget_{limits.max_output_bytes} {}
+Interpreter::Interpreter(const RenderLimits& limits, const std::optional<LocalTime>& now)
+    : limits_(limits), now_(now), budget_{limits.max_output_bytes} {
+  if (now_) {
+    const LocalTime& t = *now_;
+    if (t.month < 1 || t.month > 12 || t.day < 1 || t.day > 31 || t.hour < 0 || t.hour > 23 || t.minute < 0 || t.minute > 59 ||
+        t.year < 0 || t.year > 9999) {
+      throw Error(strfmt("jinja: render time out of range: %d-%d-%d %d:%d (year 0-9999, month 1-12, day 1-31, hour 0-23, minute 0-59)",
+                         t.year, t.month, t.day, t.hour, t.minute));
+    }
+  }
+}
+
+LocalTime Interpreter::now() const {
+  if (now_) return *now_;
+  const std::time_t clock = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&clock, &tm);
+  return LocalTime{tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min};
+}
 
 Interpreter::~Interpreter() {
   for (const auto& w : namespaces_) {
@@ -322,6 +341,24 @@ Value Interpreter::eval_call(const CallNode& n, const EnvPtr& env) {
   auto [args, keywords] = eval_args(n.args, env);
   if (keywords.size() > 0) args.push_back(Value::dict(std::move(keywords), Kind::KwArgs));
   const Value fn = eval(*n.callee, env);
+  if (fn.kind == Kind::Undefined && n.callee->kind == NodeKind::Member) {
+    // x.append(...) and the like: Python methods that modify a list or dict in place. Neither
+    // @huggingface/jinja nor transformers (ImmutableSandboxedEnvironment) has them, so neither
+    // renders such a template; say why, after @huggingface/jinja's own message.
+    const auto& member = n.callee->as<MemberNode>();
+    if (!member.computed && member.property->kind == NodeKind::Identifier) {
+      static const char* const kMutators[] = {"append", "extend", "insert", "pop", "remove", "clear",
+                                              "sort", "reverse", "update", "setdefault", "popitem"};
+      const std::string& name = member.property->as<IdentifierNode>().name;
+      for (const char* m : kMutators) {
+        if (name == m) {
+          throw RuntimeError("Cannot call something that is not a function: got UndefinedValue (." + name +
+                             "() modifies a list or dict in place: templates cannot do that here, as with "
+                             "@huggingface/jinja and transformers' ImmutableSandboxedEnvironment)");
+        }
+      }
+    }
+  }
   return call(fn, args, env);
 }
 

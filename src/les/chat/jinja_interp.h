@@ -36,7 +36,7 @@ struct ContinueSignal {};
 
 class Interpreter {
  public:
-  explicit Interpreter(const RenderLimits& limits);
+  Interpreter(const RenderLimits& limits, const std::optional<LocalTime>& now);
   ~Interpreter();  // empties every namespace created, which breaks any reference cycle
   Interpreter(const Interpreter&) = delete;
   Interpreter& operator=(const Interpreter&) = delete;
@@ -61,6 +61,8 @@ class Interpreter {
   void charge(size_t bytes) const;
   const TextBudget& budget() const { return budget_; }
   const RenderLimits& limits() const { return limits_; }
+  // The time strftime_now() formats: the one given to render(), else the current local time.
+  LocalTime now() const;
 
  private:
   [[noreturn]] static void throw_at(const Node& node, const RuntimeError& e);
@@ -78,6 +80,7 @@ class Interpreter {
   Value eval_call_statement(const CallStatementNode& n, const EnvPtr& env);
 
   RenderLimits limits_;
+  std::optional<LocalTime> now_;
   TextBudget budget_;
   int depth_ = 0;
   uint64_t steps_ = 0;

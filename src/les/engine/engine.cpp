@@ -78,7 +78,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
   const auto text_of = [&](int32_t id) { return id >= 0 ? tok_->token_text(id) : std::string(); };
   try {
     chat_ = std::make_unique<ChatTemplate>(tok_->vocab().chat_template,
-                                           ChatTemplateOptions{text_of(tok_->bos()), text_of(tok_->eos())});
+                                           ChatTemplateOptions{text_of(tok_->bos()), text_of(tok_->eos()), std::nullopt});
   } catch (const Error& e) {
     chat_error_ = strfmt("the model's chat template (tokenizer.chat_template) cannot be used: %s", e.what());
   }

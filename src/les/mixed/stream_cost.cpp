@@ -116,7 +116,8 @@ StreamPrices stream_prices(const Model& model, const std::vector<TensorGroup>& g
       if (!std::binary_search(in_group.begin(), in_group.end(), t.name)) other_dense += t.n_bytes;
     }
   }
-  const double expert_bytes = expert_ref / (static_cast<double>(c.n_expert) * c.n_layer);
+  const int n_moe_layers = std::max(1, c.n_layer - c.n_layer_dense_lead);  // dense lead layers stream nothing
+  const double expert_bytes = expert_ref / (static_cast<double>(c.n_expert) * n_moe_layers);
   // State from the budget split of the source model (KV cache, work buffers, overhead).
   const BudgetPlan src = plan_budget(model, std::max<uint64_t>(mem_budget, uint64_t(1) << 40), n_ctx, n_ctx, 1);
   const uint64_t state = src.kv + src.recurrent + src.work + src.overhead;
@@ -131,7 +132,7 @@ StreamPrices stream_prices(const Model& model, const std::vector<TensorGroup>& g
   StreamPrices p;
   p.cache_bytes = static_cast<uint64_t>(static_cast<double>(mem_budget) - fixed);
   const cache::RoutingTrace tr = record_routing(model, calib_tokens, n_ctx, n_windows, n_threads);
-  const size_t n_keys = static_cast<size_t>(c.n_expert) * c.n_layer;
+  const size_t n_keys = static_cast<size_t>(c.n_expert) * static_cast<size_t>(n_moe_layers);
   const size_t room = std::max<size_t>(c.n_expert_used, static_cast<size_t>(static_cast<double>(p.cache_bytes) / expert_bytes));
   const size_t slots = std::min(n_keys, room);
   p.cache_experts = slots;

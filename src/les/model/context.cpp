@@ -276,7 +276,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
-      attention(il, n, pos0);
+      attention(model_.weights().layers[sz(il)], il, n, pos0);
     }
     ffn(model_.weights().layers[sz(il)], il, n);
     experts_->on_layer_output(il, h_.data(), n);
@@ -297,8 +297,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
 
-void Context::attention(int il, int n, int pos0) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   const int64_t E = cfg_.n_embd;
   const int hd = cfg_.head_dim_k, hdv = cfg_.head_dim_v;
   const int64_t nq = cfg_.n_q(), nk = cfg_.n_kv_k(), nv = cfg_.n_kv_v();
@@ -482,9 +481,17 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
     ensure(router_logits_, sz(n) * sz(cfg_.n_expert));
     if (matmul_observer_) observe(il, Product::router, -1, xn_.data(), n, E);
     matmul(L.router, xn_.data(), n, E, router_logits_.data(), cfg_.n_expert, pool_, acts_);
+    if (routing_observer_ && trunk) {  // the observer sees the logits (route_layer overwrites them)
+      raw_logits_.assign(router_logits_.begin(), router_logits_.begin() + static_cast<ptrdiff_t>(sz(n) * sz(cfg_.n_expert)));
+      if (L.router_bias.present()) {
+        for (int i = 0; i < n; ++i) {
+          for (int e = 0; e < cfg_.n_expert; ++e) raw_logits_[sz(i) * sz(cfg_.n_expert) + sz(e)] += L.router_bias.data[e];
+        }
+      }
+    }
     route_layer(router_params(cfg_), L, router_logits_.data(), n, sel_ids_.data(), sel_w_.data());
     if (routing_observer_ && trunk) {
-      routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, router_logits_.data(), cfg_.n_expert);
+      routing_observer_(il, n, sel_ids_.data(), sel_w_.data(), K, raw_logits_.data(), cfg_.n_expert);
     }
   } else {
     for (int i = 0; i < n; ++i) {

@@ -31,7 +31,8 @@ struct ContextParams {
 using LayerObserver = std::function<void(int layer, const char* name, const float* data, int64_t n_tok, int64_t width)>;
 
 // Observer of each MoE layer's routing, for every token of a forward call: the selected expert
-// ids and their weights [n_tok][k] (router order) and the router's logits [n_tok][n_expert].
+// ids and their weights [n_tok][k] (router order) and the router's logits [n_tok][n_expert] (with
+// the router bias of architectures that have one; before gating and selection bias).
 using RoutingObserver = std::function<void(int layer, int64_t n_tok, const int32_t* ids, const float* weights, int k,
                                            const float* logits, int n_expert)>;
 
@@ -110,7 +111,7 @@ class Context {
   // Hidden state after output_norm of output i of the last eval ([n_embd]): the MTP head's input.
   const float* hidden(int i) const;
 
-  // --- MTP (NextN) draft head: qwen35moe files with an MTP block, experts resident ---
+  // --- MTP (NextN) draft head: qwen35moe / glm4moe files with an MTP block ---
   // (its KV cache is allocated only then).
   bool has_mtp() const { return model_.weights().mtp.runnable(); }
   // Evaluates MTP rows: row i is (tokens[i], hidden + i * n_embd) at MTP position mtp_n_past() + i,
@@ -139,7 +140,8 @@ class Context {
   // first_layer > 0: start there with h_in as its input instead of the token embeddings.
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
                      const float* h_in = nullptr);
-  void attention(int il, int n, int pos0);
+  // Standard attention + residual of block L (il: its KV slot and observer layer; n_layer: the NextN block).
+  void attention(const LayerWeights& L, int il, int n, int pos0);
   // qwen35moe, qwen3next: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
@@ -177,6 +179,7 @@ class Context {
   std::unique_ptr<GatedAttentionMixer> gated_attn_;
   // Work buffers sized for n_batch tokens.
   std::vector<float> h_, xn_, q_, k_, v_, att_, tmp_, router_logits_;
+  std::vector<float> raw_logits_;  // router logits (+ router bias) for the routing observer
   std::vector<float> logits_;  // [n_outputs][n_vocab]
   std::vector<float> hidden_;  // [n_outputs][n_embd]: after output_norm
   // MTP head: rows of the last mtp_eval.

@@ -253,8 +253,8 @@ struct ModelLoader {
     L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
     L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
     L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
-    if (c.arch == Arch::deepseek2 || c.arch == Arch::glm4moe) {
-      L.exp_probs_b = vec(b + "exp_probs_b.bias", c.n_expert, optional);
+    if (c.arch == Arch::deepseek2 || c.arch == Arch::glm4moe) {  // llama.cpp requires it for glm4moe
+      L.exp_probs_b = vec(b + "exp_probs_b.bias", c.n_expert, c.arch == Arch::glm4moe ? required : optional);
     }
     if (c.arch == Arch::gpt_oss) {
       L.router_bias = vec(b + "ffn_gate_inp.bias", c.n_expert, required);

@@ -93,10 +93,10 @@ struct LayerWeights {
   Matrix ssm_in;            // legacy files: [n_k][q_g (S) | k_g (S) | v_g (r*S) | z_g (r*S)][n_embd]
 };
 
-// MTP (NextN) draft head of qwen35moe: one gated-attention + MoE block over
+// MTP (NextN) draft head (qwen35moe, glm4moe): one attention + MoE block over
 // y = eh_proj . [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm].
 struct MtpWeights {
-  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk attention layer
+  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk MoE attention layer
   Matrix eh_proj;           // [n_embd][2 n_embd]: embedding half first
   Vec enorm, hnorm;         // [n_embd]
   Vec head_norm;            // nextn.shared_head_norm, else output_norm

@@ -44,10 +44,11 @@ std::vector<int32_t> calibration_prompt(const Model& m, const std::string& text,
 
 // A recorded routing as a replayable trace: each decode step is one token; a prompt step (a batch:
 // each layer's union of experts) becomes as many lead tokens as its largest union needs, each
-// layer's union dealt k at a time (wrapping around it to fill the last one).
-cache::RoutingTrace trace_of(const RoutingOracle& r, int k, int n_expert, int* lead_tokens) {
+// layer's union dealt k at a time (wrapping around it to fill the last one). Layers below
+// first_layer (a MoE model's dense lead layers: never routed) are left out.
+cache::RoutingTrace trace_of(const RoutingOracle& r, int k, int n_expert, int first_layer, int* lead_tokens) {
   cache::RoutingTrace t;
-  t.n_layers = r.n_layer();
+  t.n_layers = r.n_layer() - first_layer;
   t.top_k = k;
   t.n_experts = n_expert;
   *lead_tokens = 0;
@@ -55,7 +56,7 @@ cache::RoutingTrace trace_of(const RoutingOracle& r, int k, int n_expert, int* l
   for (int64_t step = 0; step < r.steps(); ++step) {
     size_t widest = 0;
     bool complete = true;
-    for (int l = 0; l < r.n_layer(); ++l) {
+    for (int l = first_layer; l < r.n_layer(); ++l) {
       const std::vector<int32_t>* ids = r.lookup(step, l);
       if (!ids || ids->empty()) { complete = false; break; }
       widest = std::max(widest, ids->size());
@@ -65,7 +66,7 @@ cache::RoutingTrace trace_of(const RoutingOracle& r, int k, int n_expert, int* l
     const bool one_token = widest == static_cast<size_t>(k);
     if (one_token) decoding = true;
     for (size_t tk = 0; tk < tokens; ++tk) {
-      for (int l = 0; l < r.n_layer(); ++l) {
+      for (int l = first_layer; l < r.n_layer(); ++l) {
         const std::vector<int32_t>& ids = *r.lookup(step, l);
         for (int j = 0; j < k; ++j) t.experts.push_back(ids[(tk * static_cast<size_t>(k) + static_cast<size_t>(j)) % ids.size()]);
       }
@@ -208,9 +209,10 @@ PlanReport make_plan(const PlanOptions& o) {
   cal.probe_idle_mbs = r.disk.idle_mbs;
   int lead = 0;
   const RoutingOracle oracle = RoutingOracle::unflatten(routing);
-  cache::RoutingTrace trace = trace_of(oracle, c.n_expert_used, c.n_expert, &lead);
-  const int n_xl = static_cast<int>(slots.size());
-  const double expert_avg = static_cast<double>(fp.expert_bytes) / static_cast<double>(std::max(1, c.n_expert * c.n_layer));
+  cache::RoutingTrace trace = trace_of(oracle, c.n_expert_used, c.n_expert, c.n_layer_dense_lead, &lead);
+  const int n_xl = static_cast<int>(slots.size()) - c.n_layer_dense_lead;  // expert layers that stream
+  const double expert_avg = static_cast<double>(fp.expert_bytes) /
+                            static_cast<double>(std::max(1, c.n_expert * (c.n_layer - c.n_layer_dense_lead)));
   const SpeedModel sm = fit_speed_model(cal, std::move(trace), lead, expert_avg, n_xl * c.n_expert);
   r.routing_source = strfmt("this model's routing of the calibration (%d decoded tokens), replayed", cal.tokens);
 

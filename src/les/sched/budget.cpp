@@ -62,6 +62,7 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
   std::vector<uint64_t> sizes = layer_slot_bytes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  sizes.erase(std::remove(sizes.begin(), sizes.end(), uint64_t{0}), sizes.end());  // dense lead layers
   uint64_t min_cache = 0;
   for (uint64_t s : sizes) min_cache += s * static_cast<uint64_t>(c.n_expert_used);
   const std::string slots_desc =

@@ -47,6 +47,7 @@ std::vector<storage::ExpertExtents> model_expert_extents(const Model& model, siz
   const ExpertLayout layout(model, alignment);
   std::vector<storage::ExpertExtents> out;
   for (int l = 0; l < layout.n_layer(); ++l) {
+    if (!layout.has_experts(l)) continue;
     for (int e = 0; e < layout.n_expert(); ++e) {
       storage::ExpertExtents ex;
       for (const SlotRead& r : layout.reads(l, e)) ex.push_back(storage::AlignedExtent{r.file_offset, r.length, 0});

@@ -118,7 +118,7 @@ StreamingExperts::StreamingExperts(const Model& model, const StreamingOptions& o
   io.n_threads = opt.io_threads;
   io.prefetch_bytes = opt.prefetch_inflight > 0 ? opt.prefetch_inflight : 2 * sb;
   bool one_read = opt.read_chunk == 0;
-  for (int l = 0; l < layout_.n_layer() && one_read; ++l) one_read = layout_.one_extent(l);
+  for (int l = 0; l < layout_.n_layer() && one_read; ++l) one_read = !layout_.has_experts(l) || layout_.one_extent(l);
   io.uring_completion_thread = opt.io_completion_thread >= 0 ? opt.io_completion_thread != 0 : !one_read;
   io_ = storage::make_io_engine(opt.io_mode, file_, io);
   stats_.completions_by = io_->completions_reaped_by();

@@ -16,6 +16,7 @@
 
 #include "les/model/matmul.h"
 #include "les/model/ops.h"
+#include "les/model/router.h"
 #include "les/sched/streaming_experts.h"
 
 namespace les {
@@ -29,19 +30,28 @@ void StreamingExperts::on_router_input(int layer, const float* x_norm, int64_t n
   drain(false, 0);
   if (oracle_replay()) {
     if (opt_.schedule == Schedule::lookahead && n_tok <= 8) oracle_predict(layer);
-    return;
-  }
-  if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
-    predict_next(layer, x_norm, n_tok);
-    // Two layers ahead: measured (statistics) only; see docs/benchmarks.md for why it is not used.
-    if (layer + 2 < cfg_.n_layer && (opt_.measure_ahead2 || opt_.prefetch_ahead2)) {
-      const size_t l2 = static_cast<size_t>(layer + 2);
-      std::vector<int> order;
-      router_ranks(layer + 2, x_norm, n_tok, cfg_.n_expert_used, cfg_.n_expert_used, ahead2_[l2], order);
-      ahead2_valid_[l2] = 1;
-      ahead2_keys_[l2].clear();
-      for (int e : order) ahead2_keys_[l2].push_back(cache::make_key(layer + 2, e));
+  } else {
+    // A dense lead layer's router input predicts the first routed layer (its successor) as any
+    // layer's does; targets without experts (the lead layers themselves) are not predicted.
+    if (opt_.schedule == Schedule::lookahead && layer + 1 < cfg_.n_layer && n_tok <= 8) {
+      if (cfg_.has_experts(layer + 1)) predict_next(layer, x_norm, n_tok);
+      // Two layers ahead: measured (statistics) only; see docs/benchmarks.md for why it is not used.
+      if (layer + 2 < cfg_.n_layer && cfg_.has_experts(layer + 2) && (opt_.measure_ahead2 || opt_.prefetch_ahead2)) {
+        const size_t l2 = static_cast<size_t>(layer + 2);
+        std::vector<int> order;
+        router_ranks(layer + 2, x_norm, n_tok, cfg_.n_expert_used, cfg_.n_expert_used, ahead2_[l2], order);
+        ahead2_valid_[l2] = 1;
+        ahead2_keys_[l2].clear();
+        for (int e : order) ahead2_keys_[l2].push_back(cache::make_key(layer + 2, e));
+      }
     }
+  }
+  // A dense lead layer reads no experts, so no demand reads will carry its lookahead prefetches
+  // (with_experts issues them behind a layer's reads): issue the guesses for the next layers now.
+  if (opt_.schedule == Schedule::lookahead && n_tok <= 8 && !cfg_.has_experts(layer)) {
+    begin_batch();
+    issue_lookahead_prefetches(layer);
+    flush_batch();
   }
 }
 
@@ -128,9 +138,15 @@ void StreamingExperts::on_layer_output(int layer, const float* h, int64_t n_tok)
 void StreamingExperts::router_ranks(int layer, const float* x, int64_t n_tok, int k, int km,
                                     std::vector<uint8_t>& rank, std::vector<int>& order) {
   const int E = cfg_.n_expert;
-  const Matrix& router = model_.weights().layers[static_cast<size_t>(layer)].router;
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(layer)];
   pred_logits_.resize(static_cast<size_t>(E) * static_cast<size_t>(n_tok));
-  matmul(router, x, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
+  matmul(L.router, x, n_tok, cfg_.n_embd, pred_logits_.data(), E, pred_pool_, pred_acts_);
+  // Rank by what the router selects by (sigmoid + selection bias, eligible groups, router bias);
+  // plain softmax routing keeps the logits' order.
+  if (cfg_.gating != Gating::softmax || cfg_.n_expert_groups > 1 || L.exp_probs_b.present() || L.router_bias.present()) {
+    const RouterParams rp = router_params(cfg_);
+    for (int64_t t = 0; t < n_tok; ++t) selection_scores(rp, L, pred_logits_.data() + static_cast<size_t>(t) * static_cast<size_t>(E));
+  }
   rank.assign(static_cast<size_t>(E), 0);
   std::vector<float> best(static_cast<size_t>(E), -INFINITY);  // best logit of each expert over tokens
   std::vector<int> idx(static_cast<size_t>(E));
@@ -141,6 +157,7 @@ void StreamingExperts::router_ranks(int layer, const float* x, int64_t n_tok, in
                       [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
     for (int r = 0; r < km; ++r) {
       const size_t e = static_cast<size_t>(idx[static_cast<size_t>(r)]);
+      if (lg[e] == -INFINITY) break;  // outside the eligible expert groups
       const uint8_t rk = r < k ? 1 : 2;
       if (rank[e] == 0 || rk < rank[e]) rank[e] = rk;
       best[e] = std::max(best[e], lg[e]);

@@ -23,6 +23,7 @@ std::vector<SlotClassPlan> plan_slot_classes(const std::vector<uint64_t>& layer_
                                              int min_slots, uint64_t cache_bytes) {
   std::vector<SlotClassPlan> cls;
   for (size_t l = 0; l < layer_slot_bytes.size(); ++l) {
+    if (layer_slot_bytes[l] == 0) continue;  // a layer without experts (dense lead layer)
     auto it = std::find_if(cls.begin(), cls.end(), [&](const SlotClassPlan& c) { return c.slot_bytes == layer_slot_bytes[l]; });
     if (it == cls.end()) {
       cls.push_back(SlotClassPlan{layer_slot_bytes[l], {}, 0});

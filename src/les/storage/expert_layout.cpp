@@ -28,6 +28,8 @@ ExpertLayout::ExpertLayout(const Model& model, uint64_t alignment)
   for (int l = 0; l < n_layer_; ++l) {
     const LayerWeights& L = model.expert_layer(l);
     LayerLayout& ll = layers_[static_cast<size_t>(l)];
+    if (!L.gate.present()) continue;  // a dense lead layer: nothing to stream (slot_bytes 0)
+    ll.has_experts = true;
     const ExpertStack* stacks[3] = {&L.gate, &L.up, &L.down};
     uint64_t first = UINT64_MAX, end = 0;
     bool same_stride = true;
@@ -71,6 +73,7 @@ ExpertLayout::ExpertLayout(const Model& model, uint64_t alignment)
 std::vector<SlotRead> ExpertLayout::reads(int layer, int e) const {
   LES_ASSERT(layer >= 0 && layer < n_layer_ && e >= 0 && e < n_expert_);
   const LayerLayout& ll = layers_[static_cast<size_t>(layer)];
+  LES_ASSERT(ll.has_experts);
   if (ll.one_extent) {
     const uint64_t begin = extent_start(ll, e);
     const uint64_t a0 = align_down(begin, align_);

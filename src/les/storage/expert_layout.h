@@ -42,6 +42,9 @@ class ExpertLayout {
   uint64_t alignment() const { return align_; }
   // Bytes one cache slot needs (the largest layer's expert, padded reads included).
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // Whether `layer` has routed experts (a MoE model's dense lead layers have none: their slot and
+  // expert bytes are 0 and nothing of them is read).
+  bool has_experts(int layer) const { return layers_[static_cast<size_t>(layer)].has_experts; }
   // Bytes a slot for one of `layer`'s experts needs (layers of different types differ).
   uint64_t slot_bytes(int layer) const { return layers_[static_cast<size_t>(layer)].slot_bytes; }
   // Bytes of the expert's own data (what must be read at minimum).
@@ -72,6 +75,7 @@ class ExpertLayout {
     uint64_t data_bytes = 0;
     uint64_t slot_bytes = 0;
     bool one_extent = false;
+    bool has_experts = false;
     uint64_t first = 0;   // one extent: file offset of expert 0's first byte (lowest part)
     uint64_t stride = 0;  // one extent: bytes between consecutive experts' extents
     uint64_t span = 0;    // one extent: bytes from the first part's start to the last part's end

@@ -20,10 +20,20 @@ constexpr int kRefPosition = 64;          // fewest key positions the attention 
 
 bool has_router(const SynthSpec& s) { return s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0); }
 bool norm_topk(Arch a) {
-  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::qwen3next;
+  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::qwen3next || a == Arch::glm4moe;
 }
-bool has_qk_norm(Arch a) {
-  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || a == Arch::qwen3next;
+bool sigmoid_gating(Arch a) { return a == Arch::glm4moe; }
+// Whether the shared expert's output is scaled by a sigmoid gate (qwen2moe, qwen35moe, qwen3next).
+bool gated_shexp(Arch a) { return a == Arch::qwen2moe || a == Arch::qwen35moe || a == Arch::qwen3next; }
+bool has_qk_norm(const SynthSpec& s) {
+  const Arch a = s.arch;
+  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || a == Arch::qwen3next ||
+         s.qk_norm;
+}
+// Rotated dims of a head (the RoPE pairs the locality bias lives in).
+int rope_dims(const SynthSpec& s) {
+  const bool partial = s.arch == Arch::qwen35moe || s.arch == Arch::qwen3next || s.arch == Arch::glm4moe;
+  return partial && s.n_rot > 0 ? s.n_rot : s.head_dim;
 }
 
 // E[f(z)] for z ~ N(0, 1) by the trapezoid rule on [-12, 12].
@@ -44,9 +54,10 @@ double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 // RoPE pair frequencies theta_i = base^(-2i / n_rot).
 std::vector<double> rope_thetas(const SynthSpec& s) {
-  std::vector<double> th(static_cast<size_t>(s.head_dim / 2));
+  const int rot = rope_dims(s);
+  std::vector<double> th(static_cast<size_t>(rot / 2));
   for (size_t i = 0; i < th.size(); ++i) {
-    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / s.head_dim);
+    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / rot);
   }
   return th;
 }
@@ -113,9 +124,9 @@ Design make_design(const SynthSpec& s) {
     for (int k = 0; k < n_p; ++k) z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
     for (double& x : p) x /= z;
     d.head_bias.assign(static_cast<size_t>(hd), 0.0f);
-    const int half = hd / 2;
+    const int half = rope_dims(s) / 2;
     for (int i = 0; i < half; ++i) {
-      // NEOX rotates (i, i + hd/2), NORM (llama) rotates (2i, 2i + 1).
+      // NEOX rotates (i, i + n_rot/2), NORM (llama) rotates (2i, 2i + 1).
       const size_t at = s.arch == Arch::llama ? static_cast<size_t>(2 * i) : static_cast<size_t>(i);
       d.head_bias[at] = static_cast<float>(std::sqrt(c[static_cast<size_t>(i)]));
     }
@@ -130,7 +141,7 @@ Design make_design(const SynthSpec& s) {
   d.attn_sum_p2 = s2;
   const double rho = d.local_attention ? d.content_ratio : 1.0;
   double qk_sigma;  // element std of Wq and Wk
-  if (has_qk_norm(s.arch)) {
+  if (has_qk_norm(s)) {
     // q = rmsnorm(b + rho n) * w: rms(b + rho n) = sqrt(1 + rho^2), so w = s sqrt(1 + rho^2).
     d.bias_scale = 1.0f;
     d.qk_norm_weight = d.local_attention ? static_cast<float>(std::sqrt(scale2 * (1.0 + rho * rho))) : 1.0f;
@@ -167,9 +178,13 @@ Design make_design(const SynthSpec& s) {
         z[static_cast<size_t>(e)] = s.router_scale * gain_by_rank[static_cast<size_t>(e)] * rng.normal();
         mx = std::max(mx, z[static_cast<size_t>(e)]);
       }
-      double sum = 0;
-      for (double& v : z) sum += v = std::exp(v - mx);
-      for (double& v : z) v /= sum;
+      if (sigmoid_gating(s.arch)) {
+        for (double& v : z) v = sigmoid(v);
+      } else {
+        double sum = 0;
+        for (double& v : z) sum += v = std::exp(v - mx);
+        for (double& v : z) v /= sum;
+      }
       std::iota(idx.begin(), idx.end(), 0);
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                         [&](int a, int b) { return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)]; });
@@ -182,7 +197,7 @@ Design make_design(const SynthSpec& s) {
       }
       acc += w2;
     }
-    d.route_w2 = acc / n_sim;
+    d.route_w2 = acc / n_sim * s.expert_weights_scale * s.expert_weights_scale;
   }
 
   // --- per layer ----------------------------------------------------------------------------
@@ -259,8 +274,9 @@ Design make_design(const SynthSpec& s) {
     L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * d.silu_sq);
     if (s.n_ff_shexp > 0) {
       L.sigma_sh_gate = L.sigma_sh_up = L.sigma_sh_inp = static_cast<float>(inv_sqrt_e);
-      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, sig_sq * FS * d.silu_sq);
+      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, (gated_shexp(s.arch) ? sig_sq : 1.0) * FS * d.silu_sq);
     }
+    if (il < s.n_dense_lead) L.sigma_down = split(M, moe_ctx, s.n_ff_dense * d.silu_sq);  // dense lead FFN
     if (d.moe) {
       // Popularity ranks: a permutation of the experts per layer, a function of (seed, layer).
       std::vector<int> perm(static_cast<size_t>(n_exp));

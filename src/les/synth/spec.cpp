@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "les/convert/quantize_model.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
 
@@ -35,6 +36,9 @@ const NamedShape kShapes[] = {
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
     {"qwen3-next-80b-a3b", Arch::qwen3next, 48, 2048, 16, 2, 256, 512, 10, 512, 512, 151936, 262144, 1e7f, 128, 16, 32, 64},
+    // glm4moe: the rest of the configuration (dense lead layers, NextN, ...) in write_glm4moe.cpp.
+    {"glm-4.5-air", Arch::glm4moe, 46, 4096, 96, 8, 128, 128, 8, 1408, 1408, 151552, 131072, 1e6f, 0, 0, 0, 0, 0.40f},
+    {"glm-4.5", Arch::glm4moe, 92, 5120, 96, 8, 128, 160, 8, 1536, 1536, 151552, 131072, 1e6f, 0, 0, 0, 0, 0.25f},
 };
 
 // The hybrid DeltaNet / gated attention architectures.
@@ -58,6 +62,7 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "qwen3") return Arch::qwen3;
   if (name == "qwen35moe") return Arch::qwen35moe;
   if (name == "qwen3next") return Arch::qwen3next;
+  if (name == "glm4moe") return Arch::glm4moe;
   return std::nullopt;
 }
 
@@ -117,6 +122,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     if (s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
     s.attn_window = 0.0f;  // no q/k biases in this architecture
   }
+  if (s.arch == Arch::glm4moe) glm4moe_shape_defaults(s, shape);
   return s;
 }
 
@@ -148,8 +154,13 @@ void validate(const SynthSpec& s) {
   if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
   const bool shared = s.arch == Arch::qwen2moe || is_hybrid(s.arch);
   if (shared && s.n_ff_shexp < 1) fail(strfmt("%s needs a shared expert (ff-shared >= 1)", an));
-  if (!shared && s.n_ff_shexp != 0) {
-    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe and qwen3next have a shared expert", s.n_ff_shexp));
+  if (!shared && s.arch != Arch::glm4moe && s.n_ff_shexp != 0) {
+    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe, qwen3next and glm4moe have a shared expert", s.n_ff_shexp));
+  }
+  if (s.arch == Arch::glm4moe) {
+    validate_glm4moe(s);
+  } else if (s.n_dense_lead != 0 || s.n_ff_dense != 0 || s.qk_norm || s.expert_weights_scale != 1.0f) {
+    fail("dense lead layers, ff-dense, qk-norm and the expert weights scale are glm4moe settings");
   }
   if (is_hybrid(s.arch)) {
     if (s.n_rot < 2 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
@@ -166,8 +177,8 @@ void validate(const SynthSpec& s) {
     if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
     if (s.attn_window != 0.0f) fail(strfmt("attn-window must be 0 for %s (the architecture has no q/k biases)", an));
   }
-  if (s.n_mtp != 0 && (s.n_mtp != 1 || !is_hybrid(s.arch))) {
-    fail(strfmt("mtp = %d: only qwen35moe and qwen3next have an MTP block, and at most one", s.n_mtp));
+  if (s.n_mtp != 0 && (s.n_mtp != 1 || (!is_hybrid(s.arch) && s.arch != Arch::glm4moe))) {
+    fail(strfmt("mtp = %d: only qwen35moe, qwen3next and glm4moe have an MTP block, and at most one", s.n_mtp));
   }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
   if (s.image_tokens && s.n_vocab < 263) {

@@ -60,7 +60,17 @@ struct SynthSpec {
   int ssm_n_k_heads = 0;
   int ssm_n_v_heads = 0;
   int ssm_d_conv = 4;
-  int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1
+  int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1 (qwen35moe, glm4moe)
+
+  // glm4moe: NeoX RoPE on the first n_rot dims of each head (partial rotary); the first
+  // n_dense_lead layers have a dense SwiGLU FFN of width n_ff_dense instead of experts; the other
+  // layers route by sigmoid + a selection bias (exp_probs_b), normalise the top-k weights and scale
+  // them by expert_weights_scale, and add a shared expert of width n_ff_shexp (a multiple of
+  // n_ff_exp: expert_shared_count experts); q/k/v biases; per-head q/k norms when qk_norm.
+  int n_dense_lead = 0;
+  int n_ff_dense = 0;
+  float expert_weights_scale = 1.0f;
+  bool qk_norm = false;
 
   // Tensor types: a type or mix as `les quantize` takes it ("q4_K", "q4_k_m", "q8_0", "f16", ...).
   // Norms, biases and routers are always F32.
@@ -84,14 +94,15 @@ struct SynthSpec {
 // tiny MoE), "qwen3-30b-a3b", "35b-a3b" (the MiniCPM-V 4.7 / Qwen3.6-35B-A3B MoE dimensions,
 // without the hybrid attention), "qwen35-35b-a3b" (the real qwen35moe 35B-A3B: 30 DeltaNet + 10
 // gated attention layers), "qwen35-tiny" (a small qwen35moe for tests), "qwen3-0.6b" (dense, a draft for the 30B), "mixtral-8x7b",
-// "olmoe-1b-7b", "qwen3-next-80b-a3b" (qwen3next: 36 DeltaNet + 12 gated attention layers, 512
-// experts top-10). `arch` overrides the shape's own architecture; dimensions the architecture
+// "olmoe-1b-7b", "glm-4.5-air" and "glm-4.5" (glm4moe, with their NextN block), "qwen3-next-80b-a3b"
+// (qwen3next: 36 DeltaNet + 12 gated attention layers, 512 experts top-10). `arch` overrides the
+// shape's own architecture; dimensions the architecture
 // cannot take (qwen2moe and olmoe need heads x head_dim = n_embd, olmoe needs kv heads = heads)
 // are adapted. Throws les::Error for an unknown name.
 SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch = std::nullopt);
 std::vector<std::string> shape_names();
-// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "qwen3next"; nullopt if
-// unknown.
+// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "glm4moe",
+// "qwen3next"; nullopt if unknown.
 std::optional<Arch> parse_arch(const std::string& name);
 
 // Checks a spec; throws les::Error naming the offending field (used > experts, heads x head_dim

@@ -8,6 +8,7 @@
 
 #include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/design.h"
 #include "les/synth/random_fill.h"
 #include "les/synth/synth.h"
@@ -21,7 +22,7 @@ namespace {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-class Builder {
+class Builder final : public TensorSink {
  public:
   Builder(const SynthSpec& s, bool with_data)
       : s_(s), d_(make_design(s)), plan_(parse_quantize_plan(s.type)),
@@ -32,7 +33,8 @@ class Builder {
     const int64_t E = s_.n_embd, V = s_.n_vocab;
     matrix("token_embd.weight", {E, V}, d_.sigma_embd);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
-    if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
+    if (s_.n_mtp > 0 && s_.arch == Arch::glm4moe) add_glm4moe_block(*this, s_, d_, s_.n_layer);
+    else if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
     vector("output_norm.weight", std::move(onorm));
@@ -58,13 +60,16 @@ class Builder {
     w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
     w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
     const bool hybrid = s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next;
-    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
+    const bool partial_rope = hybrid || s_.arch == Arch::glm4moe;
+    w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(partial_rope ? s_.n_rot : s_.head_dim));
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
     w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
     if (d_.moe) {
       w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
       w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
-      if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
+      if (s_.arch == Arch::glm4moe) {
+        add_glm4moe_keys(w_, s_);
+      } else if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
         w_.add_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
       } else {
@@ -151,7 +156,7 @@ class Builder {
   }
 
   // An F32 tensor of any shape: offset + sigma * (approximately normal values).
-  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) {
+  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) override {
     int64_t n = 1;
     for (int64_t d : ne) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
@@ -167,6 +172,7 @@ class Builder {
 
   void add_layer(int il) {
     if (s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next) return add_hybrid_layer(il);
+    if (s_.arch == Arch::glm4moe) return add_glm4moe_block(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;
@@ -231,7 +237,7 @@ class Builder {
 
   // The same, writing into the hidden state: output rows (coordinates) r % ne[1] below
   // n_ctx_dims have std sigma.ctx, the others sigma.tok.
-  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) {
+  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) override {
     const Type t = planned_type(plan_, name, ne, Type::F32, s_.n_layer);
     count(ne, t);
     const int64_t row_len = ne[0];
@@ -256,7 +262,7 @@ class Builder {
 
   // The router [n_embd] x [n_expert], F32: element (e, j) has std gain[e] * (router.ctx for the
   // context coordinates j, router.tok for the others).
-  void router(const std::string& name, const LayerDesign& L) {
+  void router(const std::string& name, const LayerDesign& L) override {
     const int64_t E = s_.n_embd, X = s_.n_expert;
     count({E, X}, Type::F32);
     const uint64_t key = tensor_key(s_.seed, name);
@@ -274,7 +280,7 @@ class Builder {
     }));
   }
 
-  void vector(const std::string& name, std::vector<float> v) {
+  void vector(const std::string& name, std::vector<float> v) override {
     const int64_t n = static_cast<int64_t>(v.size());
     count({n}, Type::F32);
     auto data = std::make_shared<std::vector<float>>(std::move(v));

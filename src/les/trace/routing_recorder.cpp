@@ -10,10 +10,12 @@
 namespace les {
 
 RoutingRecorder::RoutingRecorder(const ModelConfig& c, bool with_probs)
-    : n_expert_(c.n_expert), k_(c.n_expert_used), with_probs_(with_probs) {
+    : n_expert_(c.n_expert), k_(c.n_expert_used), with_probs_(with_probs), sigmoid_(c.gating == Gating::sigmoid) {
   if (!c.moe) throw Error("routing traces need a mixture-of-experts model");
   layer_slot_.assign(static_cast<size_t>(c.n_layer), -1);
-  for (int l = 0; l < c.n_layer; ++l) layer_slot_[static_cast<size_t>(l)] = n_moe_++;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (c.has_experts(l)) layer_slot_[static_cast<size_t>(l)] = n_moe_++;  // dense lead layers: none
+  }
   ids_.resize(static_cast<size_t>(n_moe_));
   weights_.resize(static_cast<size_t>(n_moe_));
   probs_.resize(static_cast<size_t>(n_moe_));
@@ -30,6 +32,10 @@ void RoutingRecorder::attach(Context& ctx) {
     if (!with_probs_) return;
     for (int64_t t = 0; t < n; ++t) {
       const float* x = logits + t * n_expert;
+      if (sigmoid_) {  // the gate's own scores: independent sigmoids
+        for (int e = 0; e < n_expert; ++e) probs_[s].push_back(f32_to_fp16(1.0f / (1.0f + std::exp(-x[e]))));
+        continue;
+      }
       const float mx = *std::max_element(x, x + n_expert);
       double sum = 0;
       for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(x[e]) - mx);

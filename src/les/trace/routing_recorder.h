@@ -36,6 +36,7 @@ class RoutingRecorder {
  private:
   int n_expert_ = 0, k_ = 0;
   bool with_probs_ = false;
+  bool sigmoid_ = false;  // sigmoid gating: probabilities are per-expert sigmoids, not a softmax
   std::vector<int> layer_slot_;                 // [n_layer]: the trace's layer index, -1 without a router
   int n_moe_ = 0;
   std::vector<std::vector<int32_t>> ids_;       // per MoE layer: [T][K]
