@@ -17,6 +17,7 @@
 #include "les/mixed/tensor_groups.h"
 #include "les/model/context.h"
 #include "les/pack/pack.h"
+#include "les/sched/budget.h"
 #include "les/sched/streaming_experts.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
@@ -229,6 +230,10 @@ TEST(Qwen3Next, ConfigAndTensors) {
                               uint64_t(s.ssm_n_v_heads) * s.ssm_d_state * s.ssm_d_state) * sizeof(float);
   const uint64_t kv = 2ull * 2 * 32 * c.n_kv_k() * sizeof(float);
   EXPECT_GE(ctx.state_bytes(), kv + 6 * 2 * per_layer);
+  // The --mem budget counts the same: KV of the attention layers only, the recurrent state twice.
+  const BudgetPlan p = plan_budget(*m, 1ull << 30, 32, 1, 1 << 20);
+  EXPECT_EQ(p.kv, kv);
+  EXPECT_EQ(p.recurrent, 6 * 2 * per_layer);
 }
 
 TEST(Qwen3Next, RealShapeParameterCount) {
