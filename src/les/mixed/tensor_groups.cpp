@@ -28,6 +28,8 @@ std::pair<std::string, bool> kind_of(const std::string& rest) {
       {"attn_gate.weight", "attn_gate", false},    // qwen35moe DeltaNet output gate z
       {"ssm_alpha.weight", "ssm_ab", false},
       {"ssm_beta.weight", "ssm_ab", false},
+      {"ssm_ba.weight", "ssm_ab", false},          // qwen3next: beta and alpha fused
+      {"ssm_in.weight", "ssm_in", false},          // qwen3next legacy: q|k|v|z fused
       {"ssm_out.weight", "ssm_out", false},
       {"ffn_gate_inp.weight", "router", false},
       {"ffn_gate_shexp.weight", "shexp", false},

@@ -273,7 +273,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
 
   const int pos0 = n_past_;
   for (int il = h_in ? first_layer : 0; il < cfg_.n_layer; ++il) {
-    if (cfg_.arch == Arch::qwen35moe) {
+    if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
       attention(model_.weights().layers[sz(il)], il, n, pos0);
@@ -597,7 +597,7 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       for (int i = 0; i < n; ++i) {
         const float g = sh_gate_[sz(i)];
         // sigmoid, computed as llama.cpp does for each architecture
-        sh_gate_[sz(i)] = cfg_.arch == Arch::qwen35moe ? ops::sigmoid(g) : ops::silu(g) / g;
+        sh_gate_[sz(i)] = cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next ? ops::sigmoid(g) : ops::silu(g) / g;
       }
     }
     for (int i = 0; i < n; ++i) {

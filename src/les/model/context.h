@@ -142,7 +142,7 @@ class Context {
                      const float* h_in = nullptr);
   // Standard attention + residual of block L (il: its KV slot and observer layer; n_layer: the NextN block).
   void attention(const LayerWeights& L, int il, int n, int pos0);
-  // qwen35moe: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
+  // qwen35moe, qwen3next: DeltaNet or gated attention + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.

@@ -88,6 +88,10 @@ struct LayerWeights {
   Vec ssm_a;                // [n_v]: -exp(A_log)
   Vec ssm_norm;             // [S]: gated RMSNorm weight (plain, not 1 + w)
   Matrix ssm_out;           // [n_embd][n_v*S]
+  // qwen3next's fused forms (present instead of ssm_beta/ssm_alpha, or of ssm_qkv/ssm_z), with
+  // r = n_v / n_k v heads per q/k head group g (v heads in grouped order, g * r + j):
+  Matrix ssm_ba;            // [n_k][beta (r) | alpha (r)][n_embd]
+  Matrix ssm_in;            // legacy files: [n_k][q_g (S) | k_g (S) | v_g (r*S) | z_g (r*S)][n_embd]
 };
 
 // MTP (NextN) draft head (qwen35moe, glm4moe): one attention + MoE block over

@@ -22,18 +22,21 @@ constexpr int kRefPosition = 64;          // fewest key positions the attention 
 bool has_router(const SynthSpec& s) { return s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0); }
 // gpt-oss's softmax over the k selected logits equals the renormalised top-k of the softmax.
 bool norm_topk(Arch a) {
-  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::glm4moe || a == Arch::gpt_oss;
+  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::qwen3next || a == Arch::glm4moe ||
+         a == Arch::gpt_oss;
 }
 bool sigmoid_gating(Arch a) { return a == Arch::glm4moe; }
-// Whether the shared expert's output is scaled by a sigmoid gate (qwen2moe, qwen35moe).
-bool gated_shexp(Arch a) { return a == Arch::qwen2moe || a == Arch::qwen35moe; }
+// Whether the shared expert's output is scaled by a sigmoid gate (qwen2moe, qwen35moe, qwen3next).
+bool gated_shexp(Arch a) { return a == Arch::qwen2moe || a == Arch::qwen35moe || a == Arch::qwen3next; }
 bool has_qk_norm(const SynthSpec& s) {
   const Arch a = s.arch;
-  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || s.qk_norm;
+  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || a == Arch::qwen3next ||
+         s.qk_norm;
 }
 // Rotated dims of a head (the RoPE pairs the locality bias lives in).
 int rope_dims(const SynthSpec& s) {
-  return (s.arch == Arch::qwen35moe || s.arch == Arch::glm4moe) && s.n_rot > 0 ? s.n_rot : s.head_dim;
+  const bool partial = s.arch == Arch::qwen35moe || s.arch == Arch::qwen3next || s.arch == Arch::glm4moe;
+  return partial && s.n_rot > 0 ? s.n_rot : s.head_dim;
 }
 
 // E[f(z)] for z ~ N(0, 1) by the trapezoid rule on [-12, 12].

@@ -43,7 +43,7 @@ struct SynthSpec {
   int n_expert = 16;       // routed experts per layer (0 for dense llama)
   int n_expert_used = 4;   // experts per token
   int n_ff_exp = 64;       // width of one routed expert (dense: of the FFN)
-  int n_ff_shexp = 0;      // width of the shared expert (qwen2moe and qwen35moe only, required there)
+  int n_ff_shexp = 0;      // width of the shared expert (qwen2moe, qwen35moe, qwen3next only, required there)
   int n_vocab = 512;
   bool image_tokens = false;  // MiniCPM-V's "<image>", "</image>", "<slice>", "</slice>" as control
                               // tokens at ids n_vocab - 7 .. n_vocab - 4 (vocab.h)
@@ -51,9 +51,9 @@ struct SynthSpec {
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-6f;
 
-  // qwen35moe only: every full_attn_interval-th layer is gated full attention, the others Gated
-  // DeltaNet; attention rotates the first n_rot dims of each head (interleaved M-RoPE sections
-  // derived from n_rot); DeltaNet has ssm_n_k_heads q/k and ssm_n_v_heads v heads of ssm_d_state.
+  // qwen35moe and qwen3next only: every full_attn_interval-th layer is gated full attention, the
+  // others Gated DeltaNet; attention rotates the first n_rot dims of each head (qwen35moe:
+  // interleaved M-RoPE sections derived from n_rot; qwen3next: neox); DeltaNet has ssm_n_k_heads q/k and ssm_n_v_heads v heads of ssm_d_state.
   int n_rot = 0;
   int full_attn_interval = 4;
   int ssm_d_state = 0;
@@ -103,14 +103,15 @@ struct SynthSpec {
 // tiny MoE), "qwen3-30b-a3b", "35b-a3b" (the MiniCPM-V 4.7 / Qwen3.6-35B-A3B MoE dimensions,
 // without the hybrid attention), "qwen35-35b-a3b" (the real qwen35moe 35B-A3B: 30 DeltaNet + 10
 // gated attention layers), "qwen35-tiny" (a small qwen35moe for tests), "qwen3-0.6b" (dense, a draft for the 30B), "mixtral-8x7b",
-// "olmoe-1b-7b", "glm-4.5-air" and "glm-4.5" (glm4moe, with their NextN block), "gpt-oss-20b" and
+// "olmoe-1b-7b", "glm-4.5-air" and "glm-4.5" (glm4moe, with their NextN block), "qwen3-next-80b-a3b"
+// (qwen3next: 36 DeltaNet + 12 gated attention layers, 512 experts top-10), "gpt-oss-20b" and
 // "gpt-oss-120b". `arch` overrides the shape's own architecture; dimensions the architecture
 // cannot take (qwen2moe and olmoe need heads x head_dim = n_embd, olmoe needs kv heads = heads)
 // are adapted. Throws les::Error for an unknown name.
 SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch = std::nullopt);
 std::vector<std::string> shape_names();
-// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "glm4moe", "gpt-oss";
-// nullopt if unknown.
+// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "glm4moe",
+// "qwen3next", "gpt-oss"; nullopt if unknown.
 std::optional<Arch> parse_arch(const std::string& name);
 
 // Checks a spec; throws les::Error naming the offending field (used > experts, heads x head_dim

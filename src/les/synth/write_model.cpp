@@ -59,7 +59,7 @@ class Builder final : public TensorSink {
     w_.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
     w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
     w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
-    const bool hybrid = s_.arch == Arch::qwen35moe;
+    const bool hybrid = s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next;
     const bool partial_rope = hybrid || s_.arch == Arch::glm4moe;
     w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(partial_rope ? s_.n_rot : s_.head_dim));
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
@@ -81,9 +81,11 @@ class Builder final : public TensorSink {
     } else {
       w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
     }
-    if (hybrid) {
+    if (s_.arch == Arch::qwen35moe) {
       const int half = s_.n_rot / 2;  // M-RoPE sections covering every rotated pair: t, h, w
       w_.add_i32_array(p + "rope.dimension_sections", {(half + 2) / 3, (half + 1) / 3, half / 3, 0});
+    }
+    if (hybrid) {
       w_.add_u32(p + "full_attention_interval", static_cast<uint32_t>(s_.full_attn_interval));
       w_.add_u32(p + "ssm.conv_kernel", static_cast<uint32_t>(s_.ssm_d_conv));
       w_.add_u32(p + "ssm.state_size", static_cast<uint32_t>(s_.ssm_d_state));
@@ -95,7 +97,7 @@ class Builder final : public TensorSink {
     add_synth_tokenizer(w_, s_.n_vocab, s_.image_tokens);
   }
 
-  // qwen35moe layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
+  // qwen35moe / qwen3next layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
   // expert. DeltaNet scales keep every projection's output rms near 1 for rms-1 inputs.
   // The MTP block il = n_layer: a gated-attention layer with MoE, plus eh_proj and its norms
   // (shared_head_norm written; embedding and head shared with the trunk).
@@ -122,8 +124,12 @@ class Builder final : public TensorSink {
       const int64_t vd = nv * S, cd = 2 * s_.ssm_n_k_heads * S + vd;
       matrix(b + "attn_qkv.weight", {E, cd}, in_sigma);
       matrix(b + "attn_gate.weight", {E, vd}, in_sigma);
-      matrix(b + "ssm_beta.weight", {E, nv}, in_sigma);
-      matrix(b + "ssm_alpha.weight", {E, nv}, in_sigma);
+      if (s_.arch == Arch::qwen3next) {
+        matrix(b + "ssm_ba.weight", {E, 2 * nv}, in_sigma);  // [beta (r) | alpha (r)] per q/k head group
+      } else {
+        matrix(b + "ssm_beta.weight", {E, nv}, in_sigma);
+        matrix(b + "ssm_alpha.weight", {E, nv}, in_sigma);
+      }
       float_tensor(b + "ssm_conv1d.weight", {s_.ssm_d_conv, cd}, 0.5f, 0.0f);
       float_tensor(b + "ssm_dt.bias", {nv}, 0.5f, 0.0f);
       float_tensor(b + "ssm_a", {nv}, 0.2f, -1.0f);  // -exp(A_log) around -1
@@ -166,7 +172,7 @@ class Builder final : public TensorSink {
   }
 
   void add_layer(int il) {
-    if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
+    if (s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next) return add_hybrid_layer(il);
     if (s_.arch == Arch::glm4moe) return add_glm4moe_block(*this, s_, d_, il);
     if (s_.arch == Arch::gpt_oss) return add_gpt_oss_layer(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
