@@ -327,6 +327,9 @@ TEST(Deepseek2, NamedShapes) {
   synth::SynthSpec q = synth::shape_spec("tiny");
   q.kv_lora_rank = 64;
   EXPECT_NE(error_of([&] { synth::validate(q); }).find("deepseek2 fields"), std::string::npos);
+  synth::SynthSpec y = synth::shape_spec("tiny");
+  y.yarn_factor = 40.0f;  // YaRN: gpt-oss and deepseek2 only
+  EXPECT_NE(error_of([&] { synth::validate(y); }).find("yarn"), std::string::npos);
 }
 
 struct Case {

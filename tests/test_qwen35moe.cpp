@@ -208,9 +208,11 @@ TEST(Qwen35Moe, NamedShapes) {
   EXPECT_THROW(synth::validate(bad), Error);
 }
 
+namespace {  // each test file's own TypeCase (one name in several files is an ODR clash)
 struct TypeCase {
   const char* type;
 };
+}  // namespace
 
 class Qwen35MoeVsLlamaCpp : public ::testing::TestWithParam<TypeCase> {};
 

@@ -146,7 +146,7 @@ TEST(SynthSpec, BadSpecsAreClearErrors) {
                les::Error);
   // Named shapes adapt to what an architecture can take.
   for (const std::string& name : shape_names()) {
-    for (Arch a : {Arch::qwen3moe, Arch::qwen2moe, Arch::olmoe, Arch::llama, Arch::qwen3, Arch::qwen35moe}) {
+    for (Arch a : {Arch::qwen3moe, Arch::qwen2moe, Arch::olmoe, Arch::llama, Arch::qwen3, Arch::qwen35moe, Arch::gpt_oss}) {
       EXPECT_EQ(error_of([&] { validate(shape_spec(name, a)); }), "") << name << " " << arch_name(a);
     }
   }
@@ -196,7 +196,7 @@ TEST(SynthWrite, EveryArchitectureLoadsAndEvaluatesWithoutNaN) {
   struct Case { Arch arch; int n_expert; const char* type; };
   const Case cases[] = {{Arch::qwen3moe, 16, "q8_0"}, {Arch::qwen2moe, 16, "f16"}, {Arch::olmoe, 16, "q5_1"},
                         {Arch::llama, 8, "q4_0"},     {Arch::qwen3, 0, "bf16"},  {Arch::llama, 0, "f32"},
-                        {Arch::qwen35moe, 16, "q8_0"}};
+                        {Arch::qwen35moe, 16, "q8_0"}, {Arch::gpt_oss, 16, "mxfp4_moe"}};
   for (const Case& cs : cases) {
     SynthSpec s = shape_spec("tiny", cs.arch);
     if (cs.arch == Arch::llama) {
@@ -212,7 +212,7 @@ TEST(SynthWrite, EveryArchitectureLoadsAndEvaluatesWithoutNaN) {
     EXPECT_EQ(c.n_layer, s.n_layer);
     EXPECT_EQ(c.n_vocab, s.n_vocab);
     EXPECT_EQ(c.moe, cs.n_expert > 0 || cs.arch == Arch::qwen3moe || cs.arch == Arch::qwen2moe || cs.arch == Arch::olmoe ||
-                         cs.arch == Arch::qwen35moe);
+                         cs.arch == Arch::qwen35moe || cs.arch == Arch::gpt_oss);
     if (c.moe) {
       EXPECT_EQ(c.n_expert, s.n_expert);
       EXPECT_EQ(c.n_ff_exp, s.n_ff_exp);

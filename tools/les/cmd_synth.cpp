@@ -122,7 +122,7 @@ int cmd_synth(int argc, char** argv) {
   Args a("synth", kSummary,
          {{{"-o", "--output"}, true, "output file (GGUF)", "FILE"},
           {{"--shape"}, true, "named shape (default tiny): " + shapes, "NAME"},
-          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet), deepseek2 (MLA, dense lead layers, shared experts), dflash (a DSpark drafter for --target); default: the shape's", "ARCH"},
+          {{"--arch"}, true, "qwen3moe, qwen2moe, olmoe, llama (Mixtral), qwen3 (dense), qwen35moe (hybrid DeltaNet), qwen3next, gpt-oss (sliding window, sinks, YaRN), deepseek2 (MLA, dense lead layers, shared experts), dflash (a DSpark drafter for --target); default: the shape's", "ARCH"},
           {{"--target"}, true, "dflash: the target model the drafter is for", "FILE"},
           {{"--block"}, true, "dflash: block size (default 4)", "N"},
           {{"--rank"}, true, "dflash: Markov head rank (default 32)", "N"},
@@ -199,7 +199,7 @@ int cmd_synth(int argc, char** argv) {
   std::optional<Arch> arch;
   if (a.has("--arch")) {
     arch = synth::parse_arch(a.str("--arch"));
-    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen35moe, deepseek2)", a.str("--arch").c_str()));
+    if (!arch) throw Error(strfmt("unknown architecture '%s' (qwen3moe, qwen2moe, olmoe, llama, qwen3, qwen35moe, qwen3next, glm4moe, gpt-oss, deepseek2)", a.str("--arch").c_str()));
   }
   synth::SynthSpec s = synth::shape_spec(a.str("--shape", "tiny"), arch);
   auto int_flag = [&](const char* name, int& field) { field = static_cast<int>(a.i64(name, field)); };

@@ -49,7 +49,7 @@ std::vector<FlagSpec> engine_flag_specs() {
       {{"--verify-reads"}, false, "with --mem: check each expert read against its checksum (a model packed by "
                                   "les pack); a mismatch is an error naming the layer and expert"},
       {{"--spec"}, true, "speculative decoding: none (default), draft (a small model, --draft FILE), dspark (a DSpark/dflash "
-                         "block drafter reading the target's hidden states, --draft FILE), mtp (the model's own MTP head, qwen35moe), ngram (prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
+                         "block drafter reading the target's hidden states, --draft FILE), mtp (the model's own MTP head: qwen35moe, qwen3next, glm4moe), ngram (prompt lookup); lossless: greedy output is identical, sampling keeps the distribution", "KIND"},
       {{"--draft", "-md"}, true, "the draft model (--spec draft) or DSpark drafter (--spec dspark)", "FILE"},
       {{"--draft-max"}, true, "tokens drafted per round at most (default 6)", "N"},
       {{"--draft-min"}, true, "a round drafts at least N tokens or none (default 0)", "N"},

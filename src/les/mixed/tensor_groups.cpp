@@ -28,6 +28,8 @@ std::pair<std::string, bool> kind_of(const std::string& rest) {
       {"attn_gate.weight", "attn_gate", false},    // qwen35moe DeltaNet output gate z
       {"ssm_alpha.weight", "ssm_ab", false},
       {"ssm_beta.weight", "ssm_ab", false},
+      {"ssm_ba.weight", "ssm_ab", false},          // qwen3next: beta and alpha fused
+      {"ssm_in.weight", "ssm_in", false},          // qwen3next legacy: q|k|v|z fused
       {"ssm_out.weight", "ssm_out", false},
       {"attn_q_a.weight", "attn_q_a", false},        // deepseek2 MLA: q LoRA down / up
       {"attn_q_b.weight", "attn_q_b", false},
@@ -120,6 +122,7 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
     while (dims > 1 && t.ne[dims - 1] == 1) --dims;
     if (dims < 2) continue;
     if (!info(t.type).weight_type) continue;
+    if (!ends_with(t.name, ".weight")) continue;  // biases (gpt-oss's 2-D expert biases) keep their type
     int layer = -1;
     std::string rest = t.name;
     if (t.name.rfind("blk.", 0) == 0) {
@@ -127,8 +130,6 @@ std::vector<TensorGroup> tensor_groups(const gguf::File& f) {
       if (dot == std::string::npos) throw Error(strfmt("tensor '%s': malformed block name", t.name.c_str()));
       layer = std::atoi(t.name.substr(4, dot - 4).c_str());
       rest = t.name.substr(dot + 1);
-    } else if (!ends_with(t.name, ".weight")) {
-      continue;
     } else {
       rest = t.name;
     }

@@ -1,14 +1,98 @@
 // glm4moe (GLM-4.5/4.6, GLM-4.5-Air): configuration keys, tensor table and NextN block.
+//
+// A trunk layer: RMSNorm, attention with q/k/v biases (optional per-head q/k RMSNorm, GLM-4.5),
+// NeoX RoPE on the first rope.dimension_count dims of each head (half the head in real files),
+// post_attention_norm, then a dense SwiGLU FFN (the first leading_dense_block_count layers) or
+// sigmoid-routed experts with the exp_probs_b selection bias plus a shared expert.
+// The NextN (MTP) block after the trunk is the same decoder block (always routed) over
+// eh_proj . [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm]; it never runs in the main pass.
 #include "les/model/config_arch.h"
 #include "les/model/model_loader.h"
 
 namespace les {
 
-void read_glm4moe(const gguf::File&, const std::string& path, ModelConfig&) {
-  throw Error(path + ": architecture glm4moe is not supported yet");
+void read_glm4moe(const gguf::File& f, const std::string& path, ModelConfig& c) {
+  const std::string p = "glm4moe.";
+  // Keys llama.cpp requires for this architecture.
+  for (const char* k : {"attention.layer_norm_rms_epsilon", "expert_feed_forward_length", "expert_shared_count"}) {
+    if (!f.find(p + k)) throw Error(strfmt("%s: missing required key '%s%s' (llama.cpp requires it)", path.c_str(), p.c_str(), k));
+  }
+  if (c.head_dim_k != c.head_dim_v) {
+    throw Error(strfmt("%s: %sattention.value_length %d must equal key_length %d", path.c_str(), p.c_str(),
+                       c.head_dim_v, c.head_dim_k));
+  }
+  // M-RoPE sections (GLM-4.5V's vision-language variant) switch llama.cpp to multi-section RoPE.
+  if (const gguf::Value* sec = f.find(p + "rope.dimension_sections")) {
+    if (sec->type == gguf::ValueType::ARRAY && sec->arr.size() >= 2 &&
+        sec->arr[0].as_int(p + "rope.dimension_sections") > 0 && sec->arr[1].as_int(p + "rope.dimension_sections") > 0) {
+      throw Error(strfmt("%s: %srope.dimension_sections selects M-RoPE (GLM-4.5V), which is not supported", path.c_str(),
+                         p.c_str()));
+    }
+  }
+  // block_count includes the NextN blocks stored after the trunk.
+  const int n_layer_all = c.n_layer;
+  c.n_layer_nextn = config_int_or(f, p + "nextn_predict_layers", path, 0, 0, n_layer_all - 1);
+  c.n_layer = n_layer_all - c.n_layer_nextn;
+  // q/k norms are optional tensors in llama.cpp (GLM-4.5 has them, GLM-4.5-Air not): decided by
+  // the first layer, then required in every layer.
+  if (f.find_tensor("blk.0.attn_q_norm.weight") || f.find_tensor("blk.0.attn_k_norm.weight")) c.qk_norm = QkNorm::per_head;
 }
 
-void ModelLoader::load_glm4moe_attention(int, LayerWeights&) {}
-void ModelLoader::load_glm4moe_nextn() {}
+// Attention of trunk layer il (or of the NextN block, il == n_layer): q/k/v projections with
+// optional biases, per-head q/k norms when the model has them, the output projection (no bias).
+void ModelLoader::load_glm4moe_attention(int il, LayerWeights& L) {
+  const ModelConfig& c = m.cfg_;
+  const int64_t E = c.n_embd;
+  const std::string b = "blk." + std::to_string(il) + ".";
+  if (il < c.n_layer && m.gguf_.find_tensor(b + "nextn.eh_proj.weight")) {
+    throw Error(strfmt("%s: block %d is a NextN (MTP) block but is counted as a trunk layer: the key "
+                       "glm4moe.nextn_predict_layers is missing or too small", m.path_.c_str(), il));
+  }
+  if (m.gguf_.find_tensor(b + "attn_qkv.weight")) {
+    throw Error(strfmt("%s: '%sattn_qkv.weight' (fused q/k/v) is not supported; convert with separate "
+                       "attn_q / attn_k / attn_v", m.path_.c_str(), b.c_str()));
+  }
+  L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
+  L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+  L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+  L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
+  L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
+  L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
+  L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+  if (c.qk_norm == QkNorm::per_head) {
+    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+  }
+}
+
+// The NextN block (blk.<n_layer>): attention + routed MoE + shared expert like a trunk MoE layer,
+// plus eh_proj, enorm, hnorm and the optional shared head norm / head / embedding (else the
+// trunk's output_norm / output / token_embd). Its routed experts are expert layer n_layer.
+void ModelLoader::load_glm4moe_nextn() {
+  const ModelConfig& c = m.cfg_;
+  if (c.n_layer_nextn == 0) return;
+  if (c.n_layer_nextn != 1) {
+    throw Error(strfmt("%s: %d NextN blocks; only one is supported (glm4moe.nextn_predict_layers)", m.path_.c_str(),
+                       c.n_layer_nextn));
+  }
+  const int il = c.n_layer;
+  const int64_t E = c.n_embd;
+  const std::string b = "blk." + std::to_string(il) + ".";
+  MtpWeights& t = m.w_.mtp;
+  LayerWeights& L = t.block;
+  L.attn_norm = vec(b + "attn_norm.weight", E, required);
+  load_glm4moe_attention(il, L);
+  L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
+  load_moe(il, L);
+  t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
+  t.enorm = vec(b + "nextn.enorm.weight", E, required);
+  t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
+  t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
+  if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
+  t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
+  if (!t.embed.present()) t.embed = m.w_.tok_embd;
+  t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
+  if (!t.head.present()) t.head = m.w_.output;
+}
 
 }  // namespace les

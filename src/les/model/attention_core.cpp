@@ -1,5 +1,6 @@
 #include "les/model/attention_core.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "les/model/ops.h"
@@ -22,15 +23,21 @@ void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride,
       const int i = static_cast<int>(pidx / s.n_head);
       const int h = static_cast<int>(pidx % s.n_head);
       const int g = h / group;
-      const int n_kv = pos0 + i + 1;
+      const int pos = pos0 + i;
+      const int first = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;  // first visible position
+      const int n_kv = pos + 1 - first;
       const float* qv = q + sz(i) * sz(q_stride) + sz(h) * sz(hd);
       // the scores: the keys (rows nk floats apart) times q, by the ISA's F32 product
-      gemm_rows(kt, Type::F32, hd, k_cache + sz(g) * sz(hd), sz(nk) * sizeof(float), n_kv, qv, sz(hd) * sizeof(float), 1,
-                sc.data(), n_kv);
+      gemm_rows(kt, Type::F32, hd, k_cache + sz(first) * sz(nk) + sz(g) * sz(hd), sz(nk) * sizeof(float), n_kv, qv,
+                sz(hd) * sizeof(float), 1, sc.data(), n_kv);
       for (int j = 0; j < n_kv; ++j) sc[sz(j)] *= s.scale;
-      ops::softmax(sc.data(), n_kv);
+      if (s.sinks) {
+        ops::softmax_with_sink(sc.data(), n_kv, s.sinks[h]);
+      } else {
+        ops::softmax(sc.data(), n_kv);
+      }
       float* o = out + sz(i) * sz(s.n_head) * sz(hdv) + sz(h) * sz(hdv);
-      const float* v0 = v_cache + sz(g) * sz(hdv);
+      const float* v0 = v_cache + sz(first) * sz(nv) + sz(g) * sz(hdv);
       // o[d] = sum over j in order of p_j * v_j[d], 16 dimensions at a time held in registers
       // across the positions (not loaded and stored once per position)
       int d0 = 0;

@@ -64,11 +64,13 @@ void require_key(const gguf::File& f, const std::string& key, const std::string&
   if (!f.find(key)) throw Error(strfmt("%s: missing required key '%s' (%s)", path.c_str(), key.c_str(), why));
 }
 
-// qwen35moe: the trunk/MTP split, the layer pattern, the DeltaNet sizes and the M-RoPE sections.
-// Keys llama.cpp would silently default to a wrong model (rope.dimension_count, rope.freq_base,
-// attention.key_length) are required here.
-void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c) {
-  const std::string p = "qwen35moe.";
+}  // namespace
+
+// Hybrid Gated DeltaNet / gated attention (qwen35moe, qwen3next): the trunk/MTP split, the layer
+// pattern and the DeltaNet sizes. Keys llama.cpp would silently default to a wrong model
+// (rope.dimension_count, rope.freq_base, attention.key_length) are required here.
+void read_hybrid_layers(const gguf::File& f, const std::string& path, ModelConfig& c) {
+  const std::string p = c.arch_str + ".";
   require_key(f, p + "rope.dimension_count", path, "without it RoPE would cover the whole head");
   require_key(f, p + "rope.freq_base", path, "without it RoPE would use base 10000");
   require_key(f, p + "attention.key_length", path, "the head dim is not n_embd / n_head in this architecture");
@@ -95,6 +97,27 @@ void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c
                        path.c_str(), p.c_str(), c.ssm_n_v_heads, c.ssm_n_k_heads));
   }
 
+  c.recurrent.assign(static_cast<size_t>(c.n_layer), 0);
+  if (const gguf::Value* rl = f.find(p + "attention.recurrent_layers")) {
+    if (rl->type != gguf::ValueType::ARRAY || rl->arr.size() != static_cast<size_t>(n_layer_all)) {
+      throw Error(strfmt("%s: %sattention.recurrent_layers must be an array of block_count = %d entries", path.c_str(),
+                         p.c_str(), n_layer_all));
+    }
+    for (int i = 0; i < c.n_layer; ++i) {
+      c.recurrent[static_cast<size_t>(i)] = rl->arr[static_cast<size_t>(i)].as_int(p + "attention.recurrent_layers") != 0;
+    }
+  } else {
+    const int interval = get_opt_int(f, p + "full_attention_interval", path, 4, 1, 1 << 20);
+    for (int i = 0; i < c.n_layer; ++i) c.recurrent[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+}
+
+namespace {
+
+// qwen35moe: the hybrid keys (read_hybrid_layers) and the M-RoPE sections.
+void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c) {
+  const std::string p = "qwen35moe.";
+  read_hybrid_layers(f, path, c);
   const gguf::Value* sec = f.find(p + "rope.dimension_sections");
   if (!sec) throw Error(strfmt("%s: missing required key '%srope.dimension_sections'", path.c_str(), p.c_str()));
   if (sec->type != gguf::ValueType::ARRAY || sec->arr.size() != 4) {
@@ -110,20 +133,6 @@ void read_qwen35moe(const gguf::File& f, const std::string& path, ModelConfig& c
   if (sect_sum < 1 || sect_sum > c.n_rot) {
     throw Error(strfmt("%s: %srope.dimension_sections sum %d must be in [1, rope.dimension_count %d]", path.c_str(),
                        p.c_str(), sect_sum, c.n_rot));
-  }
-
-  c.recurrent.assign(static_cast<size_t>(c.n_layer), 0);
-  if (const gguf::Value* rl = f.find(p + "attention.recurrent_layers")) {
-    if (rl->type != gguf::ValueType::ARRAY || rl->arr.size() != static_cast<size_t>(n_layer_all)) {
-      throw Error(strfmt("%s: %sattention.recurrent_layers must be an array of block_count = %d entries", path.c_str(),
-                         p.c_str(), n_layer_all));
-    }
-    for (int i = 0; i < c.n_layer; ++i) {
-      c.recurrent[static_cast<size_t>(i)] = rl->arr[static_cast<size_t>(i)].as_int(p + "attention.recurrent_layers") != 0;
-    }
-  } else {
-    const int interval = get_opt_int(f, p + "full_attention_interval", path, 4, 1, 1 << 20);
-    for (int i = 0; i < c.n_layer; ++i) c.recurrent[static_cast<size_t>(i)] = (i + 1) % interval != 0;
   }
 }
 
@@ -320,8 +329,9 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& path) {
                            path.c_str(), p.c_str()));
       }
     }
-    // qwen35moe does not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
-    const double scale = c.arch == Arch::qwen35moe || c.arch == Arch::qwen3next ? 0.0 : f.get_float(p + "expert_weights_scale", 0.0);
+    // qwen35moe and gpt-oss do not read expert_weights_scale (llama.cpp leaves it 0: no scaling).
+    const bool scale_read = c.arch != Arch::qwen35moe && c.arch != Arch::qwen3next && c.arch != Arch::gpt_oss;
+    const double scale = scale_read ? f.get_float(p + "expert_weights_scale", 0.0) : 0.0;
     c.expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   } else {
     c.n_expert = 1;

@@ -72,7 +72,7 @@ struct ModelConfig {
   int n_ctx_orig_yarn = 0;
   float rope_yarn_log_mul = 0.0f;
 
-  // Hybrid Gated DeltaNet / gated attention (qwen35moe).
+  // Hybrid Gated DeltaNet / gated attention (qwen35moe, qwen3next).
   std::vector<uint8_t> recurrent;  // [n_layer]: 1 = Gated DeltaNet layer; empty = all attention
   int n_layer_nextn = 0;     // MTP blocks stored after the trunk (counted in block_count, not run)
   bool attn_output_gate = false;  // attn_q yields [q_h | gate_h] per head; output *= sigmoid(gate)
@@ -80,7 +80,17 @@ struct ModelConfig {
   int ssm_d_conv = 0;        // causal depthwise conv width
   int ssm_d_state = 0;       // S: head dim of the DeltaNet q, k and v heads
   int ssm_n_k_heads = 0;     // q/k heads (ssm.group_count)
-  int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head h % n_k
+  int ssm_n_v_heads = 0;     // v heads (ssm.time_step_rank); v head h uses q/k head ssm_qk_head(h)
+  // How v heads share q/k heads: tiled (qwen35moe: v head h uses q/k head h % n_k) or grouped
+  // (qwen3next: the n_v / n_k consecutive v heads of group g use q/k head g).
+  bool ssm_v_grouped = false;
+
+  // Sliding-window attention (gpt-oss): a layer with swa[il] set lets the token at position p see
+  // positions p - n_swa + 1 .. p only (llama.cpp's standard SWA mask), and rotates by
+  // rope_freq_base_swa; the other layers see every position. Empty: no SWA layer.
+  std::vector<uint8_t> swa;  // [n_layer]
+  int n_swa = 0;
+  float rope_freq_base_swa = 10000.0f;
 
   // Multi-head latent attention (deepseek2). Keys and values of all heads come from one
   // compressed latent of n_lora_kv dims (normed) plus one shared RoPE'd key part of n_rot dims;
@@ -97,7 +107,12 @@ struct ModelConfig {
   // dense lead layer of a MoE model).
   bool has_experts(int il) const { return moe && il >= n_layer_dense_lead; }
   bool is_recurrent(int il) const { return !recurrent.empty() && recurrent[static_cast<size_t>(il)] != 0; }
+  bool is_swa(int il) const { return !swa.empty() && swa[static_cast<size_t>(il)] != 0; }
+  float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
   int n_recurrent() const { int n = 0; for (uint8_t r : recurrent) n += r; return n; }
+  int64_t ssm_qk_head(int64_t h) const {
+    return ssm_v_grouped ? h / (ssm_n_v_heads / ssm_n_k_heads) : h % ssm_n_k_heads;
+  }
   int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_d_state; }
   int64_t ssm_value_dim() const { return int64_t(ssm_n_v_heads) * ssm_d_state; }
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }

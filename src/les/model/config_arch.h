@@ -16,6 +16,11 @@ void read_glm4moe(const gguf::File& f, const std::string& path, ModelConfig& c);
 void read_gpt_oss(const gguf::File& f, const std::string& path, ModelConfig& c);
 void read_qwen3next(const gguf::File& f, const std::string& path, ModelConfig& c);
 
+// Hybrid Gated DeltaNet / gated attention models (qwen35moe, qwen3next): the trunk/MTP split
+// (nextn_predict_layers), the DeltaNet sizes (ssm.*) and the layer pattern
+// (attention.recurrent_layers, else full_attention_interval).
+void read_hybrid_layers(const gguf::File& f, const std::string& path, ModelConfig& c);
+
 // Shared key readers (config.cpp): an integer key in [lo, hi] (a per-layer array must be
 // uniform), required or with a default.
 int config_int(const gguf::File& f, const std::string& key, const std::string& path, int64_t lo, int64_t hi);

@@ -274,10 +274,10 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
 
   const int pos0 = n_past_;
   for (int il = h_in ? first_layer : 0; il < cfg_.n_layer; ++il) {
-    if (cfg_.arch == Arch::qwen35moe || mla_) {
+    if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next || mla_) {
       hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
     } else {
-      attention(il, n, pos0);
+      attention(model_.weights().layers[sz(il)], il, n, pos0);
     }
     ffn(model_.weights().layers[sz(il)], il, n);
     experts_->on_layer_output(il, h_.data(), n);
@@ -298,8 +298,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
 }
 
-void Context::attention(int il, int n, int pos0) {
-  const LayerWeights& L = model_.weights().layers[sz(il)];
+void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   const int64_t E = cfg_.n_embd;
   const int hd = cfg_.head_dim_k, hdv = cfg_.head_dim_v;
   const int64_t nq = cfg_.n_q(), nk = cfg_.n_kv_k(), nv = cfg_.n_kv_v();
@@ -361,7 +360,7 @@ void Context::attention(int il, int n, int pos0) {
   ops::RopeParams rp;
   rp.n_rot = cfg_.n_rot;
   rp.type = cfg_.rope_type;
-  rp.freq_base = cfg_.rope_freq_base;
+  rp.freq_base = cfg_.rope_base(il);
   rp.freq_scale = cfg_.rope_freq_scale;
   rp.freq_factors = model_.weights().rope_freqs.data;
   ops::set_yarn(rp, cfg_);
@@ -378,7 +377,9 @@ void Context::attention(int il, int n, int pos0) {
   std::memcpy(vc + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
 
   // Causal attention, one (token, head) pair per task.
-  const AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
+  AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
+  as.sinks = L.attn_sinks.data;
+  as.window = cfg_.is_swa(il) ? cfg_.n_swa : 0;
   causal_attention(as, q_.data(), nq, kc, vc, n, pos0, att_.data(), pool_);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
@@ -600,7 +601,7 @@ void Context::ffn(const LayerWeights& L, int il, int n) {
       for (int i = 0; i < n; ++i) {
         const float g = sh_gate_[sz(i)];
         // sigmoid, computed as llama.cpp does for each architecture
-        sh_gate_[sz(i)] = cfg_.arch == Arch::qwen35moe ? ops::sigmoid(g) : ops::silu(g) / g;
+        sh_gate_[sz(i)] = cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next ? ops::sigmoid(g) : ops::silu(g) / g;
       }
     }
     for (int i = 0; i < n; ++i) {

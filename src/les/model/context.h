@@ -112,7 +112,7 @@ class Context {
   // Hidden state after output_norm of output i of the last eval ([n_embd]): the MTP head's input.
   const float* hidden(int i) const;
 
-  // --- MTP (NextN) draft head: qwen35moe files with an MTP block, experts resident ---
+  // --- MTP (NextN) draft head: qwen35moe / glm4moe files with an MTP block ---
   // (its KV cache is allocated only then).
   bool has_mtp() const { return model_.weights().mtp.runnable(); }
   // Evaluates MTP rows: row i is (tokens[i], hidden + i * n_embd) at MTP position mtp_n_past() + i,
@@ -141,8 +141,9 @@ class Context {
   // first_layer > 0: start there with h_in as its input instead of the token embeddings.
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
                      const float* h_in = nullptr);
-  void attention(int il, int n, int pos0);
-  // qwen35moe: DeltaNet or gated attention, deepseek2: MLA; + residual (il == n_layer: the MTP block).
+  // Standard attention + residual of block L (il: its KV slot and observer layer; n_layer: the NextN block).
+  void attention(const LayerWeights& L, int il, int n, int pos0);
+  // qwen35moe, qwen3next: DeltaNet or gated attention, deepseek2: MLA; + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.

@@ -1,6 +1,6 @@
-// The MTP (NextN) draft head of qwen35moe on a Context: y = eh_proj . [RMSNorm(embed[x]) * enorm ;
-// RMSNorm(h) * hnorm], then the MTP block (gated attention with its own KV cache, MoE + shared
-// expert), then head_norm and the LM head.
+// The MTP (NextN) draft head on a Context: y = eh_proj . [RMSNorm(embed[x]) * enorm ;
+// RMSNorm(h) * hnorm], then the MTP block (qwen35moe, qwen3next: gated attention; glm4moe: standard attention
+// with biases; each with its own KV cache; then MoE + shared expert), then head_norm and the LM head.
 #include <algorithm>
 #include <cstring>
 
@@ -66,7 +66,11 @@ void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
     const int il = cfg_.n_layer;
     if (matmul_observer_) observe(il, Product::mtp_eh_proj, -1, mtp_in_.data(), n, 2 * E);
     matmul(t.eh_proj, mtp_in_.data(), n, 2 * E, h_.data(), E, pool_, acts_);
-    hybrid_mixer(t.block, il, n, mtp_n_past_);
+    if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next) {
+      hybrid_mixer(t.block, il, n, mtp_n_past_);
+    } else {
+      attention(t.block, il, n, mtp_n_past_);
+    }
     ffn(t.block, il, n);
     mtp_n_past_ += n;
     float* hid = mtp_hidden_.data() + sz(b) * sz(E);

@@ -92,7 +92,7 @@ uint64_t RecurrentState::bytes_for(const ModelConfig& c) {
 // --- DeltaNetMixer -------------------------------------------------------------------------------
 
 uint64_t DeltaNetMixer::bytes() const {
-  return (mixed_.size() + y_.size() + z_.size() + beta_.size() + g_.size() + o_.size()) * sizeof(float) +
+  return (mixed_.size() + y_.size() + z_.size() + beta_.size() + g_.size() + o_.size() + fused_.size()) * sizeof(float) +
          acts_.buf.size();
 }
 
@@ -105,9 +105,9 @@ void DeltaNetMixer::delta_rule_chunked(int64_t h, int n, const float* m_in, floa
   //   O_t = exp(G_t) Q_t M + sum_{s <= t} (Q_t . K_s) exp(G_t - G_s) V'_s
   //   M <- exp(G_L) M + sum_s exp(G_L - G_s) K_s V'_s^T
   constexpr int C = 64;
-  const int64_t S = c_.ssm_d_state, nk = c_.ssm_n_k_heads, nv = c_.ssm_n_v_heads;
+  const int64_t S = c_.ssm_d_state, nv = c_.ssm_n_v_heads;
   const int64_t kd = c_.ssm_key_dim(), vd = c_.ssm_value_dim(), cd = c_.ssm_conv_dim();
-  const int64_t qk = h % nk;
+  const int64_t qk = c_.ssm_qk_head(h);
   const float inv_sqrt_s = 1.0f / std::sqrt(static_cast<float>(S));
   std::vector<float> G(C), A(sz(C) * C), U(sz(C) * sz(S)), W(sz(C) * sz(S)), Q(sz(C) * sz(S)), P(sz(C) * sz(S));
   float* Mt = m_out;
@@ -192,7 +192,8 @@ void DeltaNetMixer::delta_rule_chunked(int64_t h, int n, const float* m_in, floa
 }
 
 uint64_t DeltaNetMixer::floats_per_token(const ModelConfig& c) {
-  return 2 * uint64_t(c.ssm_conv_dim()) + 2 * uint64_t(c.ssm_value_dim()) + 2 * uint64_t(c.ssm_n_v_heads);
+  const uint64_t fused = c.ssm_v_grouped ? uint64_t(c.ssm_conv_dim()) + uint64_t(c.ssm_value_dim()) : 0;  // ssm_in
+  return 2 * uint64_t(c.ssm_conv_dim()) + 2 * uint64_t(c.ssm_value_dim()) + 2 * uint64_t(c.ssm_n_v_heads) + fused;
 }
 
 void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, const float* x, int n, float* out,
@@ -218,10 +219,44 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
     }
     matmul(W, acts_, y, width, pool);
   };
-  project(Product::ssm_qkv, L.ssm_qkv, mixed_.data(), cd);
-  project(Product::ssm_gate, L.ssm_z, z_.data(), vd);
-  project(Product::ssm_beta, L.ssm_beta, beta_.data(), nv);
-  project(Product::ssm_alpha, L.ssm_alpha, g_.data(), nv);
+  // The fused forms (qwen3next) are one product each, whose rows are then gathered per q/k head
+  // group (rows of a product are independent: the same values as separate products).
+  const int64_t rg = nv / nk;  // v heads per q/k head group
+  if (L.ssm_in.present()) {
+    const int64_t G = 2 * S + 2 * rg * S;  // rows per group: q_g, k_g, v_g, z_g
+    ensure(fused_, sz(n) * sz(nk * G));
+    project(Product::ssm_qkv, L.ssm_in, fused_.data(), nk * G);
+    for (int t = 0; t < n; ++t) {
+      const float* in = fused_.data() + sz(t) * sz(nk * G);
+      float* qkv = mixed_.data() + sz(t) * sz(cd);
+      float* z = z_.data() + sz(t) * sz(vd);
+      for (int64_t g = 0; g < nk; ++g) {
+        const float* src = in + sz(g) * sz(G);
+        std::memcpy(qkv + sz(g * S), src, sz(S) * sizeof(float));
+        std::memcpy(qkv + sz(kd + g * S), src + S, sz(S) * sizeof(float));
+        std::memcpy(qkv + sz(2 * kd + g * rg * S), src + 2 * S, sz(rg * S) * sizeof(float));
+        std::memcpy(z + sz(g * rg * S), src + 2 * S + rg * S, sz(rg * S) * sizeof(float));
+      }
+    }
+  } else {
+    project(Product::ssm_qkv, L.ssm_qkv, mixed_.data(), cd);
+    project(Product::ssm_gate, L.ssm_z, z_.data(), vd);
+  }
+  if (L.ssm_ba.present()) {
+    ensure(fused_, sz(n) * sz(2 * nv));
+    project(Product::ssm_beta, L.ssm_ba, fused_.data(), 2 * nv);
+    for (int t = 0; t < n; ++t) {
+      const float* ba = fused_.data() + sz(t) * sz(2 * nv);
+      for (int64_t h = 0; h < nv; ++h) {
+        const int64_t g = h / rg, j = h % rg;
+        beta_[sz(t) * sz(nv) + sz(h)] = ba[g * 2 * rg + j];
+        g_[sz(t) * sz(nv) + sz(h)] = ba[g * 2 * rg + rg + j];
+      }
+    }
+  } else {
+    project(Product::ssm_beta, L.ssm_beta, beta_.data(), nv);
+    project(Product::ssm_alpha, L.ssm_alpha, g_.data(), nv);
+  }
 
   // 2. Gates: beta = sigmoid(b), g = softplus(a + dt_bias) * A.
   for (int64_t i = 0; i < int64_t(n) * nv; ++i) {
@@ -272,7 +307,7 @@ void DeltaNetMixer::forward(const LayerWeights& L, RecurrentState& st, int r, co
       }
       const float* src = m_in + sz(h) * sz(S) * sz(S);
       float* M = m_out + sz(h) * sz(S) * sz(S);  // [value j][key i]
-      const int64_t qk = h % nk;
+      const int64_t qk = c_.ssm_qk_head(h);
       for (int t = 0; t < n; ++t) {
         const float* row = y_.data() + sz(t) * sz(cd);
         const float* q = row + sz(qk) * sz(S);

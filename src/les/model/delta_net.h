@@ -1,7 +1,9 @@
-// Gated DeltaNet sequence mixer (qwen35moe recurrent layers) and its per-sequence state.
+// Gated DeltaNet sequence mixer (qwen35moe and qwen3next recurrent layers) and its per-sequence state.
 //
-// Per token, with S = ssm_d_state, n_k q/k heads, n_v v heads (v head h uses q/k head h % n_k):
+// Per token, with S = ssm_d_state, n_k q/k heads, n_v v heads (v head h uses q/k head
+// ModelConfig::ssm_qk_head(h): h % n_k, or h / (n_v / n_k) for grouped heads):
 //   mixed = attn_qkv . x; z = attn_gate . x; beta = sigmoid(ssm_beta . x);
+//   (qwen3next: beta and alpha rows from the fused ssm_ba, mixed and z from a legacy fused ssm_in)
 //   g = softplus(ssm_alpha . x + dt_bias) * ssm_a                       (log-decay, <= 0)
 //   y = silu(causal depthwise conv of mixed over the last d_conv tokens) = [q | k | v]
 //   q, k L2-normalised per head; per v head, state M [key i][value j]:
@@ -90,6 +92,7 @@ class DeltaNetMixer {
   const ModelConfig& c_;
   bool chunked_ = false;
   std::vector<float> mixed_, y_, z_, beta_, g_, o_;
+  std::vector<float> fused_;  // output of a fused product (ssm_in, ssm_ba) before its rows are gathered
   QuantizedActs acts_;
 };
 

@@ -177,14 +177,15 @@ struct ModelLoader {
     return Vec{m.owned_.back().data(), n};
   }
 
-  // qwen35moe: the mixer (Gated DeltaNet or gated attention) of trunk layer il.
+  // qwen35moe: the mixer (Gated DeltaNet or gated attention) of trunk layer il (qwen3next's
+  // attention layers too).
   void load_qwen35moe_mixer(int il, LayerWeights& L) {
     const ModelConfig& c = m.cfg_;
     const int64_t E = c.n_embd;
     const std::string b = "blk." + std::to_string(il) + ".";
     if (m.gguf_.find_tensor(b + "nextn.eh_proj.weight")) {
       throw Error(strfmt("%s: block %d is an MTP (NextN) block but is counted as a trunk layer: the key "
-                         "qwen35moe.nextn_predict_layers is missing or too small", m.path_.c_str(), il));
+                         "%s.nextn_predict_layers is missing or too small", m.path_.c_str(), il, c.arch_str.c_str()));
     }
     if (c.is_recurrent(il)) {
       const int64_t nv = c.ssm_n_v_heads, vd = c.ssm_value_dim(), cd = c.ssm_conv_dim();
@@ -252,8 +253,8 @@ struct ModelLoader {
     L.gate = experts(il, pack::gate, b + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, required);
     L.up = experts(il, pack::up, b + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, required);
     L.down = experts(il, pack::down, b + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, required);
-    if (c.arch == Arch::deepseek2 || c.arch == Arch::glm4moe) {
-      L.exp_probs_b = vec(b + "exp_probs_b.bias", c.n_expert, optional);
+    if (c.arch == Arch::deepseek2 || c.arch == Arch::glm4moe) {  // llama.cpp requires it for glm4moe
+      L.exp_probs_b = vec(b + "exp_probs_b.bias", c.n_expert, c.arch == Arch::glm4moe ? required : optional);
     }
     if (c.arch == Arch::gpt_oss) {
       L.router_bias = vec(b + "ffn_gate_inp.bias", c.n_expert, required);

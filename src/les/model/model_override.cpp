@@ -13,8 +13,8 @@ namespace {
 void for_each_view(ModelWeights& w, const std::function<void(Matrix&)>& fm, const std::function<void(ExpertStack&)>& fs) {
   auto layer = [&](LayerWeights& L) {
     for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
-                      &L.shexp_down, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.ffn_gate,
-                      &L.ffn_up, &L.ffn_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wk_b, &L.wv_b}) {
+                      &L.shexp_down, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.ssm_ba,
+                      &L.ssm_in, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wk_b, &L.wv_b}) {
       fm(*m);
     }
     for (ExpertStack* s : {&L.gate, &L.up, &L.down}) fs(*s);

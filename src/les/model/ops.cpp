@@ -30,6 +30,20 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void softmax_with_sink(float* x, int64_t n, float sink) {
+  float mx = sink;
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = std::exp(x[i] - mx);
+    x[i] = e;
+    sum += static_cast<double>(e);
+  }
+  sum += static_cast<double>(std::exp(sink - mx));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
 void set_yarn(RopeParams& p, const ModelConfig& c) {
   p.ext_factor = c.yarn_ext_factor;
   p.attn_factor = c.yarn_attn_factor;
@@ -38,7 +52,7 @@ void set_yarn(RopeParams& p, const ModelConfig& c) {
   const auto corr_dim = [&](float n_rot_turns) {
     return static_cast<float>(c.n_rot) *
            std::log(static_cast<float>(c.n_ctx_orig_yarn) / (n_rot_turns * 2.0f * static_cast<float>(M_PI))) /
-           (2.0f * std::log(c.rope_freq_base));
+           (2.0f * std::log(p.freq_base));
   };
   const float start = std::floor(corr_dim(c.yarn_beta_fast));
   const float end = std::ceil(corr_dim(c.yarn_beta_slow));

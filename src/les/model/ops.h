@@ -13,6 +13,9 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
 // In-place softmax of n values: exp(x - max) / sum. Returns nothing; x is overwritten.
 void softmax(float* x, int64_t n);
+// The same with a sink logit in the denominator (ggml_soft_max_add_sinks): exp(x - m) / (sum +
+// exp(sink - m)) with m = max(max x, sink).
+void softmax_with_sink(float* x, int64_t n, float sink);
 
 // Rotary embedding of one head vector (n_rot first dims rotated, rest untouched) at position pos.
 // theta_scale = freq_base^(-2/n_rot); freq_factors optional [n_rot/2].
@@ -30,7 +33,8 @@ struct RopeParams {
   float attn_factor = 1.0f;
   float corr_dims[2] = {0.0f, 0.0f};
 };
-// The YaRN part of p from a model's configuration (freq_base/scale, n_rot and the YaRN fields).
+// The YaRN part of p from a model's configuration (n_rot and the YaRN fields) and p.freq_base,
+// which must be set first (the correction dims depend on the base, per layer with SWA bases).
 void set_yarn(RopeParams& p, const ModelConfig& c);
 // Fills cache[0..n_rot) with interleaved (cos, sin) for position pos (as ggml's rope cache).
 void rope_cache(const RopeParams& p, int64_t pos, float* cache);

@@ -5,15 +5,19 @@ namespace les {
 namespace {
 
 // Names of the products of block il (an attention or DeltaNet trunk layer, or the MTP block).
-std::array<std::string, kProducts> block_names(const ModelConfig& c, int il, bool mtp_block) {
+// qwen3next's fused ssm_ba is reported as ssm_beta (ssm_alpha has no name of its own), a legacy
+// fused ssm_in as ssm_qkv (ssm_gate has none).
+std::array<std::string, kProducts> block_names(const ModelConfig& c, const gguf::File& f, int il, bool mtp_block) {
   std::array<std::string, kProducts> n;
   const std::string b = "blk." + std::to_string(il) + ".";
   auto set = [&](Product p, const char* suffix) { n[static_cast<size_t>(p)] = b + suffix; };
   if (!mtp_block && c.is_recurrent(il)) {
-    set(Product::ssm_qkv, "attn_qkv.weight");
-    set(Product::ssm_gate, "attn_gate.weight");
-    set(Product::ssm_beta, "ssm_beta.weight");
-    set(Product::ssm_alpha, "ssm_alpha.weight");
+    const bool fused_ba = c.arch == Arch::qwen3next;
+    const bool fused_in = fused_ba && f.find_tensor(b + "ssm_in.weight") && !f.find_tensor(b + "attn_qkv.weight");
+    set(Product::ssm_qkv, fused_in ? "ssm_in.weight" : "attn_qkv.weight");
+    if (!fused_in) set(Product::ssm_gate, "attn_gate.weight");
+    set(Product::ssm_beta, fused_ba ? "ssm_ba.weight" : "ssm_beta.weight");
+    if (!fused_ba) set(Product::ssm_alpha, "ssm_alpha.weight");
     set(Product::ssm_out, "ssm_out.weight");
   } else if (c.mla()) {
     // The per-head attn_k_b / attn_v_b products (3-D weights, one matrix per head) are not
@@ -57,10 +61,10 @@ std::array<std::string, kProducts> block_names(const ModelConfig& c, int il, boo
 ProductNames product_names(const ModelConfig& c, const gguf::File& f) {
   ProductNames pn;
   pn.moe = c.moe;
-  for (int il = 0; il < c.n_layer; ++il) pn.blocks.push_back(block_names(c, il, false));
+  for (int il = 0; il < c.n_layer; ++il) pn.blocks.push_back(block_names(c, f, il, false));
   pn.output = f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight";
   if (c.n_layer_nextn > 0) {
-    pn.blocks.push_back(block_names(c, c.n_layer, true));
+    pn.blocks.push_back(block_names(c, f, c.n_layer, true));
     const std::string head = "blk." + std::to_string(c.n_layer) + ".nextn.shared_head_head.weight";
     pn.mtp_head = f.find_tensor(head) ? head : pn.output;
   }

@@ -63,6 +63,7 @@ struct LayerWeights {
   Matrix wo;                // [n_embd][n_q]
   Vec bo;                   // optional
   Vec q_norm, k_norm;       // [head_dim] (per head) or [n_q]/[n_kv_k] (full), optional
+  Vec attn_sinks;           // [n_head] gpt-oss: a logit per head in the softmax denominator only
   Vec ffn_norm;             // [n_embd]
   Matrix router;            // ffn_gate_inp [n_expert][n_embd]; absent for a dense FFN
   Vec router_bias;          // ffn_gate_inp.bias [n_expert] added to the logits (gpt-oss), optional
@@ -87,6 +88,10 @@ struct LayerWeights {
   Vec ssm_a;                // [n_v]: -exp(A_log)
   Vec ssm_norm;             // [S]: gated RMSNorm weight (plain, not 1 + w)
   Matrix ssm_out;           // [n_embd][n_v*S]
+  // qwen3next's fused forms (present instead of ssm_beta/ssm_alpha, or of ssm_qkv/ssm_z), with
+  // r = n_v / n_k v heads per q/k head group g (v heads in grouped order, g * r + j):
+  Matrix ssm_ba;            // [n_k][beta (r) | alpha (r)][n_embd]
+  Matrix ssm_in;            // legacy files: [n_k][q_g (S) | k_g (S) | v_g (r*S) | z_g (r*S)][n_embd]
 
   // Multi-head latent attention (deepseek2). Without a q LoRA the query is wq (attn_q
   // [n_head * head_dim_k_mla][n_embd]); wo is attn_output [n_embd][n_head * head_dim_v_mla].
@@ -99,10 +104,10 @@ struct LayerWeights {
   Matrix wv_b;              // attn_v_b [n_head][head_dim_v_mla][n_lora_kv]: rows of n_lora_kv
 };
 
-// MTP (NextN) draft head of qwen35moe: one gated-attention + MoE block over
+// MTP (NextN) draft head (qwen35moe, glm4moe): one attention + MoE block over
 // y = eh_proj . [RMSNorm(embed[x]) * enorm ; RMSNorm(h) * hnorm].
 struct MtpWeights {
-  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk attention layer
+  LayerWeights block;       // attention fields + MoE + shared expert, like a trunk MoE attention layer
   Matrix eh_proj;           // [n_embd][2 n_embd]: embedding half first
   Vec enorm, hnorm;         // [n_embd]
   Vec head_norm;            // nextn.shared_head_norm, else output_norm

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "les/model/router.h"
-#include "les/synth/deepseek2_synth.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/random_fill.h"
 
 namespace les::synth {
@@ -21,9 +21,24 @@ constexpr float kOutputNormCtx = 0.5f;    // output_norm weight of the context c
 constexpr int kRefPosition = 64;          // fewest key positions the attention weights are computed over
 
 bool has_router(const SynthSpec& s) { return s.arch != Arch::qwen3 && !(s.arch == Arch::llama && s.n_expert == 0); }
-bool norm_topk(Arch a) { return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe; }
-bool has_qk_norm(Arch a) {
-  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe;
+// gpt-oss's softmax over the k selected logits equals the renormalised top-k of the softmax.
+bool norm_topk(Arch a) {
+  return a == Arch::qwen3moe || a == Arch::llama || a == Arch::qwen35moe || a == Arch::qwen3next || a == Arch::glm4moe ||
+         a == Arch::gpt_oss;
+}
+bool sigmoid_gating(Arch a) { return a == Arch::glm4moe; }
+// Whether the shared expert's output is scaled by a sigmoid gate (qwen2moe, qwen35moe, qwen3next).
+bool gated_shexp(Arch a) { return a == Arch::qwen2moe || a == Arch::qwen35moe || a == Arch::qwen3next; }
+bool has_qk_norm(const SynthSpec& s) {
+  const Arch a = s.arch;
+  return a == Arch::qwen3moe || a == Arch::qwen3 || a == Arch::olmoe || a == Arch::qwen35moe || a == Arch::qwen3next ||
+         s.qk_norm;
+}
+// Rotated dims of a head (the RoPE pairs the locality bias lives in).
+int rope_dims(const SynthSpec& s) {
+  const bool partial = s.arch == Arch::qwen35moe || s.arch == Arch::qwen3next || s.arch == Arch::glm4moe ||
+                       s.arch == Arch::deepseek2;
+  return partial && s.n_rot > 0 ? s.n_rot : s.head_dim;
 }
 
 // E[f(z)] for z ~ N(0, 1) by the trapezoid rule on [-12, 12].
@@ -42,17 +57,36 @@ double gauss_expect(F f) {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
-// Rotated dims of a query / key head.
-int rope_dims(const SynthSpec& s) { return s.arch == Arch::deepseek2 ? s.n_rot : s.head_dim; }
-
-// RoPE pair frequencies theta_i = base^(-2i / n_rot) (deepseek2: as YaRN changes them).
+// RoPE pair frequencies theta_i = base^(-2i / n_rot), as YaRN scales them (gpt-oss, deepseek2).
 std::vector<double> rope_thetas(const SynthSpec& s) {
   if (s.arch == Arch::deepseek2) return deepseek2_rope_thetas(s);
-  std::vector<double> th(static_cast<size_t>(s.head_dim / 2));
+  const int rot = rope_dims(s);
+  std::vector<double> th(static_cast<size_t>(rot / 2));
   for (size_t i = 0; i < th.size(); ++i) {
-    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / s.head_dim);
+    th[i] = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * static_cast<double>(i) / rot) *
+            yarn_theta_factor(s, static_cast<int>(i));
   }
   return th;
+}
+
+// The attention weights p truncated to the first `window` keys (a sliding window) and
+// renormalised; window 0 or beyond p keeps p.
+std::vector<double> truncate_weights(std::vector<double> p, int window) {
+  if (window <= 0 || window >= static_cast<int>(p.size())) return p;
+  double z = 0;
+  for (int k = 0; k < window; ++k) z += p[static_cast<size_t>(k)];
+  for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<int>(k) < window ? p[k] / z : 0.0;
+  return p;
+}
+
+// pp[m] = sum_j p[j] p[j + m]: the attention output's autocovariance for white values.
+std::vector<double> weight_autocov(const std::vector<double>& p) {
+  const size_t n = p.size();
+  std::vector<double> pp(n, 0.0);
+  for (size_t m = 0; m < n; ++m) {
+    for (size_t j = 0; j + m < n; ++j) pp[m] += p[j] * p[j + m];
+  }
+  return pp;
 }
 
 // Energy per RoPE pair of the locality bias: ~1/theta between theta = 1 and 1/(12 W), which makes
@@ -66,7 +100,8 @@ std::vector<double> pair_energy(const SynthSpec& s) {
     if (i == 0 || th[i] >= th_lo) c[i] = 1.0 / th[i];
     sum += c[i];
   }
-  for (double& x : c) x *= rope_dims(s) / sum;  // sum = rotated dims: the bias vector has rms 1
+  // sum = head_dim: the bias vector has rms 1 (deepseek2: over the rope dims, where it lives)
+  for (double& x : c) x *= (s.arch == Arch::deepseek2 ? rope_dims(s) : s.head_dim) / sum;
   return c;
 }
 
@@ -100,10 +135,15 @@ Design make_design(const SynthSpec& s) {
   // --- attention locality -------------------------------------------------------------------
   // p[j]: the attention weight of the key j positions back (steady state, bias part only).
   const int hd = s.head_dim;
+  // The attention's score scale (deepseek2: llama.cpp's, with YaRN's mscale and rope magnitude).
   d.kq_scale = s.arch == Arch::deepseek2 ? deepseek2_score_scale(s) : static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int n_p = std::max(1, std::min(s.n_ctx, std::clamp(static_cast<int>(8.0f * s.attn_window), kRefPosition, 1024)));
   std::vector<double> p(static_cast<size_t>(n_p), 1.0 / n_p);  // uniform without locality
   double scale2 = 1.0;            // s^2: product of the q and k deterministic scales
+  // The log of a head's softmax denominator (sum_j exp(score_j)) over the full context and over a
+  // sliding window: where the attention sinks of gpt-oss are placed.
+  const int n_swa = s.arch == Arch::gpt_oss ? std::min(n_p, s.sliding_window) : n_p;
+  double log_z_full = std::log(static_cast<double>(n_p)) + 0.5, log_z_swa = std::log(static_cast<double>(n_swa)) + 0.5;
   if (d.local_attention) {
     const std::vector<double> c = pair_energy(s), th = rope_thetas(s);
     const double d0 = kernel(c, th, 0);
@@ -115,13 +155,23 @@ Design make_design(const SynthSpec& s) {
     if (!(range > 1e-3 * d0)) range = d0;
     const double kappa = kLocalRangeNats / range;  // nats per unit of kernel
     scale2 = s.arch == Arch::deepseek2 ? kappa / d.kq_scale : kappa * std::sqrt(static_cast<double>(hd));
-    double z = 0;
-    for (int k = 0; k < n_p; ++k) z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
+    double z = 0, z_swa = 0;
+    for (int k = 0; k < n_p; ++k) {
+      z += p[static_cast<size_t>(k)] = std::exp(kappa * (kernel(c, th, k) - d0));
+      if (k < n_swa) z_swa += p[static_cast<size_t>(k)];
+    }
     for (double& x : p) x /= z;
-    d.head_bias.assign(static_cast<size_t>(rope_dims(s)), 0.0f);
+    // Scores: kappa * kernel(dist) from the biases, plus the q/k content terms of variance
+    // kappa^2 hd rho^2 (2 + rho^2), which add half of it to log sum exp.
+    const double rho = d.content_ratio;
+    const double noise = kappa * kappa * hd * rho * rho * (2.0 + rho * rho);
+    log_z_full = kappa * d0 + std::log(z) + 0.5 * noise;
+    log_z_swa = kappa * d0 + std::log(z_swa) + 0.5 * noise;
+    // deepseek2: the bias of the rope part only (MLA's query / key rope dims).
+    d.head_bias.assign(static_cast<size_t>(s.arch == Arch::deepseek2 ? rope_dims(s) : hd), 0.0f);
     const int half = rope_dims(s) / 2;
     for (int i = 0; i < half; ++i) {
-      // NEOX rotates (i, i + hd/2), NORM (llama, deepseek2) rotates (2i, 2i + 1).
+      // NEOX rotates (i, i + n_rot/2), NORM (llama, deepseek2) rotates (2i, 2i + 1).
       const bool norm_rope = s.arch == Arch::llama || s.arch == Arch::deepseek2;
       const size_t at = norm_rope ? static_cast<size_t>(2 * i) : static_cast<size_t>(i);
       d.head_bias[at] = static_cast<float>(std::sqrt(c[static_cast<size_t>(i)]));
@@ -129,27 +179,32 @@ Design make_design(const SynthSpec& s) {
   }
   double s2 = 0;
   for (double x : p) s2 += x * x;
-  // pp[m] = sum_j p[j] p[j + m]: the attention output's autocovariance for white values.
-  std::vector<double> pp(static_cast<size_t>(n_p), 0.0);
-  for (int m = 0; m < n_p; ++m) {
-    for (int j = 0; j + m < n_p; ++j) pp[static_cast<size_t>(m)] += p[static_cast<size_t>(j)] * p[static_cast<size_t>(j + m)];
-  }
+  const std::vector<double> pp = weight_autocov(p);
+  const std::vector<double> pp_swa = weight_autocov(truncate_weights(p, n_swa));
   d.attn_sum_p2 = s2;
   const double rho = d.local_attention ? d.content_ratio : 1.0;
+  // YaRN multiplies the rotated q and k by `mag`: the deterministic scales make up for it.
+  const double mag = yarn_magnitude(s);
   double qk_sigma;  // element std of Wq and Wk
-  if (has_qk_norm(s.arch)) {
+  if (has_qk_norm(s)) {
     // q = rmsnorm(b + rho n) * w: rms(b + rho n) = sqrt(1 + rho^2), so w = s sqrt(1 + rho^2).
     d.bias_scale = 1.0f;
-    d.qk_norm_weight = d.local_attention ? static_cast<float>(std::sqrt(scale2 * (1.0 + rho * rho))) : 1.0f;
+    d.qk_norm_weight = static_cast<float>((d.local_attention ? std::sqrt(scale2 * (1.0 + rho * rho)) : 1.0) / mag);
     qk_sigma = rho * inv_sqrt_e;
   } else {
-    d.bias_scale = static_cast<float>(std::sqrt(scale2));
-    qk_sigma = d.local_attention ? rho * std::sqrt(scale2) * inv_sqrt_e : inv_sqrt_e;
+    d.bias_scale = static_cast<float>(std::sqrt(scale2) / mag);
+    qk_sigma = (d.local_attention ? rho * std::sqrt(scale2) * inv_sqrt_e : inv_sqrt_e) / mag;
   }
   d.score_scale = static_cast<float>(std::sqrt(scale2));
 
   // --- FFN expectations ------------------------------------------------------------------------
   d.silu_sq = gauss_expect([](double z) { const double v = z * sigmoid(z); return v * v; });
+  // E[act^2] of the routed experts: silu(g) u, or gpt-oss's clamped min(g, 7) sigmoid(1.702 min(g, 7))
+  // (clamp(u, -7, 7) + 1) with E[(u + 1)^2] = 2.
+  const double act_sq = s.arch != Arch::gpt_oss ? d.silu_sq : 2.0 * gauss_expect([](double z) {
+    const double g = std::min(z, 7.0), v = g * sigmoid(1.702 * g);
+    return v * v;
+  });
   const double sig_sq = gauss_expect([](double z) { const double v = sigmoid(z); return v * v; });
   const int n_exp = d.moe ? s.n_expert : 1;
   const int k = d.moe ? s.n_expert_used : 1;
@@ -176,9 +231,13 @@ Design make_design(const SynthSpec& s) {
         z[static_cast<size_t>(e)] = s.router_scale * gain_by_rank[static_cast<size_t>(e)] * rng.normal();
         mx = std::max(mx, z[static_cast<size_t>(e)]);
       }
-      double sum = 0;
-      for (double& v : z) sum += v = std::exp(v - mx);
-      for (double& v : z) v /= sum;
+      if (sigmoid_gating(s.arch)) {
+        for (double& v : z) v = sigmoid(v);
+      } else {
+        double sum = 0;
+        for (double& v : z) sum += v = std::exp(v - mx);
+        for (double& v : z) v /= sum;
+      }
       std::iota(idx.begin(), idx.end(), 0);
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                         [&](int a, int b) { return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)]; });
@@ -191,7 +250,7 @@ Design make_design(const SynthSpec& s) {
       }
       acc += w2;
     }
-    d.route_w2 = acc / n_sim;
+    d.route_w2 = acc / n_sim * s.expert_weights_scale * s.expert_weights_scale;
     }
   }
 
@@ -229,12 +288,14 @@ Design make_design(const SynthSpec& s) {
   for (int il = 0; il < s.n_layer; ++il) {
     LayerDesign& L = d.layers[static_cast<size_t>(il)];
     const double v = SC[0] + ST[0];
+    const bool swa = synth_is_swa(s, il);
+    const std::vector<double>& ppl = swa ? pp_swa : pp;
     // acf_y(k) = sum_{i,j} p_i p_j rho_V(k + i - j) = sum_m pp(|m|) rho_V(|k + m|).
     for (int kk = 0; kk < n_p; ++kk) {
       double acc = 0;
       for (int m = -(n_p - 1); m < n_p; ++m) {
         const int lag = std::abs(kk + m);
-        if (lag < n_p) acc += pp[static_cast<size_t>(std::abs(m))] * (SC[static_cast<size_t>(lag)] + ST[static_cast<size_t>(lag)]) / v;
+        if (lag < n_p) acc += ppl[static_cast<size_t>(std::abs(m))] * (SC[static_cast<size_t>(lag)] + ST[static_cast<size_t>(lag)]) / v;
       }
       acf_y[static_cast<size_t>(kk)] = acc;
     }
@@ -264,16 +325,28 @@ Design make_design(const SynthSpec& s) {
     d.attn_var[static_cast<size_t>(il)] = var_y;
     L.sigma_q = L.sigma_k = static_cast<float>(qk_sigma);
     L.sigma_v = static_cast<float>(inv_sqrt_e);
-    const int v_width = s.arch == Arch::deepseek2 ? s.v_head_dim : hd;
-    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * v_width);
-    L.sigma_gate = L.sigma_up = static_cast<float>(inv_sqrt_e);
-    L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * d.silu_sq);
-    if (s.n_ff_shexp > 0) {
-      const double gate_sq = s.arch == Arch::deepseek2 ? 1.0 : sig_sq;  // deepseek2's shared experts have no gate
-      L.sigma_sh_gate = L.sigma_sh_up = L.sigma_sh_inp = static_cast<float>(inv_sqrt_e);
-      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, gate_sq * FS * d.silu_sq);
+    double kept2 = 1.0;  // mean over heads of the squared share of attention the sinks leave
+    if (s.arch == Arch::gpt_oss) {
+      // Sink shares f_h in [0.1, 0.5], a function of (seed, layer): sink = log Z + logit(f).
+      Rng rng(tensor_key(s.seed, "attn_sinks.blk." + std::to_string(il)));
+      const double log_z = swa ? log_z_swa : log_z_full;
+      L.sinks.resize(static_cast<size_t>(s.n_head));
+      kept2 = 0;
+      for (float& sink : L.sinks) {
+        const double f = 0.1 + 0.4 * rng.uniform();
+        sink = static_cast<float>(log_z + std::log(f / (1.0 - f)));
+        kept2 += (1.0 - f) * (1.0 - f) / s.n_head;
+      }
     }
-    if (il < s.n_dense_lead) L.sigma_down = split(M, moe_ctx, static_cast<double>(s.n_ff_dense) * d.silu_sq);
+    const int v_width = s.arch == Arch::deepseek2 ? s.v_head_dim : hd;
+    L.sigma_o = split(A, kAttnToCtx, var_y * s.n_head * v_width * kept2);
+    L.sigma_gate = L.sigma_up = static_cast<float>(inv_sqrt_e);
+    L.sigma_down = split(M * routed_frac, moe_ctx, d.route_w2 * F * act_sq);
+    if (s.n_ff_shexp > 0) {
+      L.sigma_sh_gate = L.sigma_sh_up = L.sigma_sh_inp = static_cast<float>(inv_sqrt_e);
+      L.sigma_sh_down = split(M * (1.0 - routed_frac), moe_ctx, (gated_shexp(s.arch) ? sig_sq : 1.0) * FS * d.silu_sq);
+    }
+    if (il < s.n_dense_lead) L.sigma_down = split(M, moe_ctx, s.n_ff_dense * d.silu_sq);  // dense lead FFN
     if (d.moe) {
       // Popularity ranks: a permutation of the experts per layer, a function of (seed, layer).
       std::vector<int> perm(static_cast<size_t>(n_exp));

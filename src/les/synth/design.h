@@ -41,6 +41,9 @@ struct LayerDesign {
   float sigma_sh_inp = 0;                                      // ffn_gate_inp_shexp
   SplitSigma router;               // router column (input coordinate) std before the row gain
   std::vector<float> router_gain;  // [n_expert]: popularity gain of router row e
+  // gpt-oss: [n_head] attention sink logits, each taking a planned share of its head's attention
+  // (sigma_o makes up for the share lost).
+  std::vector<float> sinks;
 };
 
 struct Design {

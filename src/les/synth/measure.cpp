@@ -128,11 +128,11 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
     const int top_n = std::max(1, X / 10);
     std::vector<int> order(static_cast<size_t>(X));
     double sum_rk = 0, sum_r2k = 0, sum_reuse = 0, sum_top = 0, sum_mm = 0;
-    int n_routed = 0, n_predicted = 0;  // layers with a router; of them, layers after the first
+    int n_routed = 0, n_predicted = 0;  // layers with a router; of them, those after another layer
     for (int il = 0; il < c.n_layer; ++il) {
       LayerRouting& L = r.layers[static_cast<size_t>(il)];
       const auto& s = sel[static_cast<size_t>(il)];
-      if (!w.layers[static_cast<size_t>(il)].router.present()) {  // a dense lead layer: no statistics
+      if (s.empty()) {  // a dense lead layer: no routing
         L.recall_k = L.recall_2k = L.temporal_reuse = L.top10_share = L.max_over_mean = std::nan("");
         continue;
       }
@@ -156,15 +156,18 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
         for (int j = 0; j < K; ++j) shared += std::count(b, b + K, a[j]) > 0;
       }
       L.temporal_reuse = T > 1 ? static_cast<double>(shared) / (static_cast<double>(T - 1) * K) : 0.0;
-      // Cross-layer predictor: layer il's router on layer il-1's router input.
+      // Cross-layer predictor: layer il's router on layer il-1's router input, ranked by the
+      // scores the router selects by (the selection bias added, for sigmoid gating).
       if (il == 0) {
         L.recall_k = L.recall_2k = std::nan("");
       } else {
         const std::vector<float>& xp = rec.inputs[static_cast<size_t>(il - 1)];
-        matmul(w.layers[static_cast<size_t>(il)].router, xp.data(), T, E, logits.data(), X, ctx.pool(), acts);
+        const LayerWeights& LW = w.layers[static_cast<size_t>(il)];
+        matmul(LW.router, xp.data(), T, E, logits.data(), X, ctx.pool(), acts);
         int64_t hit_k = 0, hit_2k = 0;
         for (int t = 0; t < T; ++t) {
-          const float* lg = logits.data() + static_cast<size_t>(t) * X;
+          float* lg = logits.data() + static_cast<size_t>(t) * X;
+          selection_scores(rp, LW, lg);
           std::iota(order.begin(), order.end(), 0);
           std::partial_sort(order.begin(), order.begin() + K2, order.end(),
                             [&](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
@@ -188,7 +191,7 @@ RoutingReport measure_routing(const std::string& path, const MeasureOptions& opt
       sum_mm += L.max_over_mean;
       r.never_used += L.never_used;
     }
-    const double nl = n_routed;
+    const double nl = std::max(1, n_routed);
     r.recall_k = n_predicted > 0 ? sum_rk / n_predicted : std::nan("");
     r.recall_2k = n_predicted > 0 ? sum_r2k / n_predicted : std::nan("");
     r.temporal_reuse = sum_reuse / nl;
@@ -216,7 +219,7 @@ std::string format_report(const RoutingReport& r) {
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const LayerRouting& L = r.layers[i];
     if (std::isnan(L.temporal_reuse)) {
-      s += strfmt("%5zu  %-42s %.3g\n", i, "dense FFN (no routing)", L.stream_rms);
+      s += strfmt("%5zu  dense FFN (no routing)%43s%.3g\n", i, "", L.stream_rms);
       continue;
     }
     if (std::isnan(L.recall_k)) {

@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "les/convert/quantize_model.h"
-#include "les/synth/deepseek2_synth.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/synth.h"
 #include "les/util/error.h"
 
@@ -35,6 +35,16 @@ const NamedShape kShapes[] = {
     {"olmoe-1b-7b", Arch::olmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 50304, 4096, 1e4f},
     {"qwen35-35b-a3b", Arch::qwen35moe, 40, 2048, 16, 2, 256, 256, 8, 512, 512, 248320, 262144, 1e7f, 128, 16, 32, 64},
     {"qwen35-tiny", Arch::qwen35moe, 4, 64, 4, 2, 32, 8, 2, 32, 48, 300, 256, 1e4f, 16, 2, 4, 8},
+    {"qwen3-next-80b-a3b", Arch::qwen3next, 48, 2048, 16, 2, 256, 512, 10, 512, 512, 151936, 262144, 1e7f, 128, 16, 32, 64},
+    // glm4moe: the rest of the configuration (dense lead layers, NextN, ...) in write_glm4moe.cpp.
+    {"glm-4.5-air", Arch::glm4moe, 46, 4096, 96, 8, 128, 128, 8, 1408, 1408, 151552, 131072, 1e6f, 0, 0, 0, 0, 0.40f},
+    {"glm-4.5", Arch::glm4moe, 92, 5120, 96, 8, 128, 160, 8, 1536, 1536, 151552, 131072, 1e6f, 0, 0, 0, 0, 0.25f},
+    // gpt-oss: 64 heads of 64 over n_embd 2880; sliding window 128 on the even layers, YaRN 32x
+    // over 4096 positions (gpt_oss_shape_defaults). The 120b's 36 layers of 128 experts need
+    // context-focus 0.30 for real routing's reuse (docs/synth.md); the 20b's 24 layers of 32
+    // experts have it with the default.
+    {"gpt-oss-20b", Arch::gpt_oss, 24, 2880, 64, 8, 64, 32, 4, 2880, 0, 201088, 131072, 150000.0f},
+    {"gpt-oss-120b", Arch::gpt_oss, 36, 2880, 64, 8, 64, 128, 4, 2880, 0, 201088, 131072, 150000.0f, 0, 0, 0, 0, 0.30f},
     // deepseek2: head_dim = nope 128 + rope 64; the MLA and routing fields in spec_deepseek2.cpp.
     // context_focus: V2-Lite's 0.6 gives its real trace's reuse (2.8x random, docs/synth.md); V3
     // and Kimi-K2 take the knob's low end (their reuse stays 3-4x random; no real trace to match).
@@ -42,6 +52,9 @@ const NamedShape kShapes[] = {
     {"deepseek-v3", Arch::deepseek2, 61, 7168, 128, 1, 192, 256, 8, 2048, 2048, 129280, 163840, 1e4f, 0, 0, 0, 64, 0.1f},
     {"kimi-k2", Arch::deepseek2, 61, 7168, 64, 1, 192, 384, 8, 2048, 2048, 163840, 131072, 5e4f, 0, 0, 0, 64, 0.1f},
 };
+
+// The hybrid DeltaNet / gated attention architectures.
+bool is_hybrid(Arch a) { return a == Arch::qwen35moe || a == Arch::qwen3next; }
 
 bool needs_square_attention(Arch a) { return a == Arch::qwen2moe || a == Arch::olmoe; }
 
@@ -60,6 +73,9 @@ std::optional<Arch> parse_arch(const std::string& name) {
   if (name == "llama" || name == "mixtral") return Arch::llama;
   if (name == "qwen3") return Arch::qwen3;
   if (name == "qwen35moe") return Arch::qwen35moe;
+  if (name == "qwen3next") return Arch::qwen3next;
+  if (name == "glm4moe") return Arch::glm4moe;
+  if (name == "gpt-oss") return Arch::gpt_oss;
   if (name == "deepseek2") return Arch::deepseek2;
   return std::nullopt;
 }
@@ -84,7 +100,7 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   s.n_expert = ns->n_expert;
   s.n_expert_used = ns->n_expert_used;
   s.n_ff_exp = ns->n_ff_exp;
-  s.n_ff_shexp = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe ? ns->n_ff_shexp : 0;
+  s.n_ff_shexp = s.arch == Arch::qwen2moe || is_hybrid(s.arch) ? ns->n_ff_shexp : 0;
   s.n_vocab = ns->n_vocab;
   s.n_ctx = ns->n_ctx;
   s.rope_freq_base = ns->rope_freq_base;
@@ -106,12 +122,12 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
   }
   if (s.arch == Arch::qwen2moe && s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
   if (needs_square_attention(s.arch) && s.n_head * s.head_dim != s.n_embd) {
-    s.head_dim = s.n_embd % 128 == 0 ? 128 : s.n_embd / s.n_head;
+    s.head_dim = s.n_embd % 128 == 0 ? 128 : s.n_embd % 64 == 0 ? 64 : s.n_embd / s.n_head;
     s.n_head = s.n_embd / s.head_dim;
     s.n_head_kv = std::gcd(s.n_head, s.n_head_kv);
   }
   if (s.arch == Arch::olmoe) s.n_head_kv = s.n_head;
-  if (s.arch == Arch::qwen35moe) {
+  if (is_hybrid(s.arch)) {
     // Shapes without DeltaNet sizes get heads of head_dim: n_head_kv q/k heads, n_head v heads.
     s.ssm_d_state = ns->ssm_d_state ? ns->ssm_d_state : s.head_dim;
     s.ssm_n_k_heads = ns->ssm_n_k_heads ? ns->ssm_n_k_heads : s.n_head_kv;
@@ -120,6 +136,8 @@ SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch) {
     if (s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff_exp;
     s.attn_window = 0.0f;  // no q/k biases in this architecture
   }
+  if (s.arch == Arch::glm4moe) glm4moe_shape_defaults(s, shape);
+  if (s.arch == Arch::gpt_oss) gpt_oss_shape_defaults(s);
   if (s.arch == Arch::deepseek2) {
     s.n_ff_shexp = ns->n_ff_shexp;
     s.n_rot = ns->n_rot;
@@ -154,13 +172,20 @@ void validate(const SynthSpec& s) {
     }
   }
   if (s.n_ff_exp < 1) fail(strfmt("ff-exp = %d must be >= 1", s.n_ff_exp));
-  const bool shared = s.arch == Arch::qwen2moe || s.arch == Arch::qwen35moe || s.arch == Arch::deepseek2;
+  const bool shared = s.arch == Arch::qwen2moe || is_hybrid(s.arch) || s.arch == Arch::deepseek2;
   if (shared && s.n_ff_shexp < 1) fail(strfmt("%s needs a shared expert (ff-shared >= 1)", an));
-  if (!shared && s.n_ff_shexp != 0) {
-    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe and deepseek2 have a shared expert", s.n_ff_shexp));
+  if (!shared && s.arch != Arch::glm4moe && s.n_ff_shexp != 0) {
+    fail(strfmt("ff-shared = %d: only qwen2moe, qwen35moe, qwen3next, glm4moe and deepseek2 have a shared expert",
+                s.n_ff_shexp));
+  }
+  if (s.arch == Arch::glm4moe) {
+    validate_glm4moe(s);
+  } else if (s.arch != Arch::deepseek2 &&
+             (s.n_dense_lead != 0 || s.n_ff_dense != 0 || s.qk_norm || s.expert_weights_scale != 1.0f)) {
+    fail("dense lead layers, ff-dense, qk-norm and the expert weights scale are glm4moe and deepseek2 settings");
   }
   validate_deepseek2(s);
-  if (s.arch == Arch::qwen35moe) {
+  if (is_hybrid(s.arch)) {
     if (s.n_rot < 2 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
       fail(strfmt("rope-dims = %d must be even and in [2, head-dim = %d]", s.n_rot, s.head_dim));
     }
@@ -173,10 +198,11 @@ void validate(const SynthSpec& s) {
       fail(strfmt("ssm-v-heads = %d is not a multiple of ssm-k-heads = %d", s.ssm_n_v_heads, s.ssm_n_k_heads));
     }
     if (s.ssm_d_conv < 2 || s.ssm_d_conv > 16) fail(strfmt("ssm-conv = %d must be in [2, 16]", s.ssm_d_conv));
-    if (s.attn_window != 0.0f) fail("attn-window must be 0 for qwen35moe (the architecture has no q/k biases)");
+    if (s.attn_window != 0.0f) fail(strfmt("attn-window must be 0 for %s (the architecture has no q/k biases)", an));
   }
-  if (s.n_mtp != 0 && (s.n_mtp != 1 || s.arch != Arch::qwen35moe)) {
-    fail(strfmt("mtp = %d: only qwen35moe has an MTP block, and at most one", s.n_mtp));
+  validate_gpt_oss(s);
+  if (s.n_mtp != 0 && (s.n_mtp != 1 || (!is_hybrid(s.arch) && s.arch != Arch::glm4moe))) {
+    fail(strfmt("mtp = %d: only qwen35moe, qwen3next and glm4moe have an MTP block, and at most one", s.n_mtp));
   }
   if (s.n_vocab < 259) fail(strfmt("vocab = %d must be >= 259 (256 byte tokens + 3 special tokens)", s.n_vocab));
   if (s.image_tokens && s.n_vocab < 263) {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "les/model/router.h"
-#include "les/synth/deepseek2_synth.h"
+#include "les/synth/arch_synth.h"
 #include "les/util/error.h"
 
 namespace les::synth {
@@ -99,13 +99,16 @@ void deepseek2_shape(SynthSpec& s, const std::string& shape, bool own_shape) {
 void validate_deepseek2(const SynthSpec& s) {
   auto fail = [](const std::string& msg) { throw Error("synth: " + msg); };
   if (s.arch != Arch::deepseek2) {
-    if (s.q_lora_rank != 0 || s.kv_lora_rank != 0 || s.v_head_dim != 0 || s.n_dense_lead != 0 || s.n_ff_dense != 0 ||
-        s.gating != Gating::softmax || s.norm_topk || s.expert_weights_scale != 1.0f || s.n_expert_groups != 1 ||
-        s.n_group_used != 1 || s.selection_bias || s.yarn_factor != 0.0f) {
-      fail(strfmt("q/kv LoRA ranks, v-head-dim, dense lead layers, gating, expert groups, selection bias, weight "
-                  "scale and YaRN are deepseek2 fields (architecture %s)", arch_name(s.arch)));
+    if (s.q_lora_rank != 0 || s.kv_lora_rank != 0 || s.v_head_dim != 0 || s.gating != Gating::softmax ||
+        s.norm_topk || s.n_expert_groups != 1 || s.n_group_used != 1 || s.selection_bias ||
+        s.yarn_mscale_all_dim != 0.0f) {
+      fail(strfmt("q/kv LoRA ranks, v-head-dim, gating, expert groups, selection bias and the YaRN mscale are "
+                  "deepseek2 fields (architecture %s)", arch_name(s.arch)));
     }
     return;
+  }
+  if (s.qk_norm || s.sliding_window != 0 || s.rope_freq_base_swa != 0.0f || s.n_mtp != 0) {
+    fail("qk-norm, swa-window, rope-base-swa and mtp do not apply to deepseek2");
   }
   if (s.n_head_kv != 1) fail(strfmt("kv-heads = %d: deepseek2 has one latent kv head", s.n_head_kv));
   if (s.kv_lora_rank < 2) fail(strfmt("kv-lora = %d must be >= 2", s.kv_lora_rank));

@@ -43,7 +43,7 @@ struct SynthSpec {
   int n_expert = 16;       // routed experts per layer (0 for dense llama)
   int n_expert_used = 4;   // experts per token
   int n_ff_exp = 64;       // width of one routed expert (dense: of the FFN)
-  int n_ff_shexp = 0;      // width of the shared expert (qwen2moe and qwen35moe only, required there)
+  int n_ff_shexp = 0;      // width of the shared expert (qwen2moe, qwen35moe, qwen3next only, required there)
   int n_vocab = 512;
   bool image_tokens = false;  // MiniCPM-V's "<image>", "</image>", "<slice>", "</slice>" as control
                               // tokens at ids n_vocab - 7 .. n_vocab - 4 (vocab.h)
@@ -51,39 +51,52 @@ struct SynthSpec {
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-6f;
 
-  // qwen35moe only: every full_attn_interval-th layer is gated full attention, the others Gated
-  // DeltaNet; attention rotates the first n_rot dims of each head (interleaved M-RoPE sections
-  // derived from n_rot); DeltaNet has ssm_n_k_heads q/k and ssm_n_v_heads v heads of ssm_d_state.
+  // qwen35moe and qwen3next only: every full_attn_interval-th layer is gated full attention, the
+  // others Gated DeltaNet; attention rotates the first n_rot dims of each head (qwen35moe:
+  // interleaved M-RoPE sections derived from n_rot; qwen3next: neox); DeltaNet has ssm_n_k_heads q/k and ssm_n_v_heads v heads of ssm_d_state.
   int n_rot = 0;
   int full_attn_interval = 4;
   int ssm_d_state = 0;
   int ssm_n_k_heads = 0;
   int ssm_n_v_heads = 0;
   int ssm_d_conv = 4;
-  int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1
+  int n_mtp = 0;              // MTP (NextN) draft blocks after the trunk: 0 or 1 (qwen35moe, glm4moe)
+
+  // glm4moe: NeoX RoPE on the first n_rot dims of each head (partial rotary); the first
+  // n_dense_lead layers have a dense SwiGLU FFN of width n_ff_dense instead of experts; the other
+  // layers route by sigmoid + a selection bias (exp_probs_b), normalise the top-k weights and scale
+  // them by expert_weights_scale, and add a shared expert of width n_ff_shexp (a multiple of
+  // n_ff_exp: expert_shared_count experts); q/k/v biases; per-head q/k norms when qk_norm.
+  int n_dense_lead = 0;
+  int n_ff_dense = 0;
+  float expert_weights_scale = 1.0f;
+  bool qk_norm = false;
+
+  // gpt-oss: the even layers attend to the last sliding_window positions only; YaRN RoPE scaling
+  // by yarn_factor over yarn_orig_ctx positions when yarn_factor > 0; rope_freq_base_swa, when
+  // > 0, is written as the SWA layers' RoPE base. Attention sinks take a share of each head's
+  // attention (design.h).
+  int sliding_window = 0;
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
+  float rope_freq_base_swa = 0.0f;
 
   // deepseek2 (multi-head latent attention): head_dim is a query/key head's nope + rope dims,
   // n_rot its rope dims; keys and values come from a kv_lora_rank latent; v_head_dim is a value
-  // head's width; q_lora_rank 0 means a plain attn_q. n_head_kv is 1 (the one latent head).
+  // head's width; q_lora_rank 0 means a plain attn_q. n_head_kv is 1 (the one latent head). Its
+  // MoE: n_dense_lead dense layers of n_ff_dense, ungated shared experts (n_ff_shexp, a multiple
+  // of n_ff_exp), routing by `gating` with expert groups (n_group_used of n_expert_groups eligible
+  // per token), a selection bias (exp_probs_b) when selection_bias, weights renormalised when
+  // norm_topk, times expert_weights_scale; YaRN (yarn_factor, yarn_orig_ctx) with DeepSeek's
+  // mscale_all_dim.
   int q_lora_rank = 0;
   int kv_lora_rank = 0;
   int v_head_dim = 0;
-  // DeepSeek-style MoE (deepseek2): the first n_dense_lead layers have a dense FFN of width
-  // n_ff_dense; the shared experts (n_ff_shexp, a multiple of n_ff_exp) have no gate; routing by
-  // `gating` with expert groups (n_group_used of n_expert_groups eligible per token), a selection
-  // bias (exp_probs_b) when selection_bias, weights renormalised when norm_topk, times
-  // expert_weights_scale.
-  int n_dense_lead = 0;
-  int n_ff_dense = 0;
   Gating gating = Gating::softmax;
   bool norm_topk = false;
-  float expert_weights_scale = 1.0f;
   int n_expert_groups = 1;
   int n_group_used = 1;
   bool selection_bias = false;
-  // YaRN RoPE scaling (deepseek2; 0: none): factor, original context, DeepSeek's mscale_all_dim.
-  float yarn_factor = 0.0f;
-  int yarn_orig_ctx = 0;
   float yarn_mscale_all_dim = 0.0f;
 
   // Tensor types: a type or mix as `les quantize` takes it ("q4_K", "q4_k_m", "q8_0", "f16", ...).
@@ -108,13 +121,16 @@ struct SynthSpec {
 // tiny MoE), "qwen3-30b-a3b", "35b-a3b" (the MiniCPM-V 4.7 / Qwen3.6-35B-A3B MoE dimensions,
 // without the hybrid attention), "qwen35-35b-a3b" (the real qwen35moe 35B-A3B: 30 DeltaNet + 10
 // gated attention layers), "qwen35-tiny" (a small qwen35moe for tests), "qwen3-0.6b" (dense, a draft for the 30B), "mixtral-8x7b",
-// "olmoe-1b-7b", "deepseek-v2-lite", "deepseek-v3" (cut with n_layer), "kimi-k2". `arch` overrides the shape's own architecture; dimensions the architecture
+// "olmoe-1b-7b", "glm-4.5-air" and "glm-4.5" (glm4moe, with their NextN block), "qwen3-next-80b-a3b"
+// (qwen3next: 36 DeltaNet + 12 gated attention layers, 512 experts top-10), "gpt-oss-20b" and
+// "gpt-oss-120b", "deepseek-v2-lite", "deepseek-v3" (cut with n_layer) and "kimi-k2" (deepseek2).
+// `arch` overrides the shape's own architecture; dimensions the architecture
 // cannot take (qwen2moe and olmoe need heads x head_dim = n_embd, olmoe needs kv heads = heads)
 // are adapted. Throws les::Error for an unknown name.
 SynthSpec shape_spec(const std::string& shape, std::optional<Arch> arch = std::nullopt);
 std::vector<std::string> shape_names();
-// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "deepseek2"; nullopt if
-// unknown.
+// "qwen3moe", "qwen2moe", "olmoe", "llama" (or "mixtral"), "qwen3", "qwen35moe", "glm4moe",
+// "qwen3next", "gpt-oss", "deepseek2"; nullopt if unknown.
 std::optional<Arch> parse_arch(const std::string& name);
 
 // Checks a spec; throws les::Error naming the offending field (used > experts, heads x head_dim

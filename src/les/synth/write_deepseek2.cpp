@@ -3,7 +3,7 @@
 // routed experts with ungated shared experts.
 #include <cmath>
 
-#include "les/synth/deepseek2_synth.h"
+#include "les/synth/arch_synth.h"
 
 namespace les::synth {
 
@@ -47,7 +47,7 @@ void add_deepseek2_keys(gguf::Writer& w, const SynthSpec& s) {
   }
 }
 
-void write_deepseek2_layer(TensorSink& out, const SynthSpec& s, const Design& d, int il) {
+void add_deepseek2_layer(TensorSink& out, const SynthSpec& s, const Design& d, int il) {
   using namespace deepseek2_synth_detail;
   const LayerDesign& L = d.layers[static_cast<size_t>(il)];
   const std::string b = "blk." + std::to_string(il) + ".";
@@ -68,7 +68,7 @@ void write_deepseek2_layer(TensorSink& out, const SynthSpec& s, const Design& d,
 
   std::vector<float> attn_norm(static_cast<size_t>(E), 1.0f);
   if (d.const_coord >= 0) attn_norm[static_cast<size_t>(d.const_coord)] = d.attn_norm_const[static_cast<size_t>(il)];
-  out.add_vector(b + "attn_norm.weight", std::move(attn_norm));
+  out.vector(b + "attn_norm.weight", std::move(attn_norm));
   const RowEditFn q_rows = [&d, rope_bias, nope, dk](int64_t r) {
     const int64_t j = r % dk;
     return j < nope ? RowEdit{d.mla_q_nope} : RowEdit{d.mla_q_pe, rope_bias(j - nope)};
@@ -76,43 +76,43 @@ void write_deepseek2_layer(TensorSink& out, const SynthSpec& s, const Design& d,
   if (Q > 0) {
     // Row const_coord of the q LoRA latent carries the constant coordinate only.
     const int c = bias ? d.const_coord : -1;
-    out.add_matrix(b + "attn_q_a.weight", {E, Q}, unit, [&d, c](int64_t r) {
+    out.matrix_rows(b + "attn_q_a.weight", {E, Q}, unit, [&d, c](int64_t r) {
       return r == c ? RowEdit{0.0f, 1.0f} : RowEdit{d.mla_q_a};
     });
-    out.add_vector(b + "attn_q_a_norm.weight", std::vector<float>(static_cast<size_t>(Q), 1.0f));
-    out.add_matrix(b + "attn_q_b.weight", {Q, H * dk}, unit, q_rows);
+    out.vector(b + "attn_q_a_norm.weight", std::vector<float>(static_cast<size_t>(Q), 1.0f));
+    out.matrix_rows(b + "attn_q_b.weight", {Q, H * dk}, unit, q_rows);
   } else {
-    out.add_matrix(b + "attn_q.weight", {E, H * dk}, unit, q_rows);
+    out.matrix_rows(b + "attn_q.weight", {E, H * dk}, unit, q_rows);
   }
-  out.add_matrix(b + "attn_kv_a_mqa.weight", {E, R + nr}, unit, [&d, rope_bias, R](int64_t r) {
+  out.matrix_rows(b + "attn_kv_a_mqa.weight", {E, R + nr}, unit, [&d, rope_bias, R](int64_t r) {
     return r < R ? RowEdit{d.mla_kv} : RowEdit{d.mla_k_pe, rope_bias(r - R)};
   });
-  out.add_vector(b + "attn_kv_a_norm.weight", std::vector<float>(static_cast<size_t>(R), 1.0f));
-  out.add_matrix(b + "attn_k_b.weight", {nope, R, H}, SplitSigma{d.mla_k_b, d.mla_k_b}, {});
-  out.add_matrix(b + "attn_v_b.weight", {R, dv, H}, SplitSigma{d.mla_v_b, d.mla_v_b}, {});
-  out.add_matrix(b + "attn_output.weight", {H * dv, E}, L.sigma_o, to_stream(E));
+  out.vector(b + "attn_kv_a_norm.weight", std::vector<float>(static_cast<size_t>(R), 1.0f));
+  out.matrix_rows(b + "attn_k_b.weight", {nope, R, H}, SplitSigma{d.mla_k_b, d.mla_k_b}, {});
+  out.matrix_rows(b + "attn_v_b.weight", {R, dv, H}, SplitSigma{d.mla_v_b, d.mla_v_b}, {});
+  out.matrix_rows(b + "attn_output.weight", {H * dv, E}, L.sigma_o, to_stream(E));
 
   std::vector<float> ffn_norm(static_cast<size_t>(E), 1.0f);
   if (d.const_coord >= 0) ffn_norm[static_cast<size_t>(d.const_coord)] = 0.0f;
-  out.add_vector(b + "ffn_norm.weight", std::move(ffn_norm));
+  out.vector(b + "ffn_norm.weight", std::move(ffn_norm));
   const SplitSigma in{L.sigma_gate, L.sigma_gate};
   if (il < s.n_dense_lead) {
     const int64_t F = s.n_ff_dense;
-    out.add_matrix(b + "ffn_gate.weight", {E, F}, in, {});
-    out.add_matrix(b + "ffn_up.weight", {E, F}, in, {});
-    out.add_matrix(b + "ffn_down.weight", {F, E}, L.sigma_down, to_stream(E));
+    out.matrix_rows(b + "ffn_gate.weight", {E, F}, in, {});
+    out.matrix_rows(b + "ffn_up.weight", {E, F}, in, {});
+    out.matrix_rows(b + "ffn_down.weight", {F, E}, L.sigma_down, to_stream(E));
     return;
   }
   const int64_t F = s.n_ff_exp, X = s.n_expert, FS = s.n_ff_shexp;
-  out.add_router(b + "ffn_gate_inp.weight", L);
-  if (s.selection_bias) out.add_normal_vector(b + "exp_probs_b.bias", X, kSelectionBiasSigma);
-  out.add_matrix(b + "ffn_gate_exps.weight", {E, F, X}, in, {});
-  out.add_matrix(b + "ffn_up_exps.weight", {E, F, X}, in, {});
-  out.add_matrix(b + "ffn_down_exps.weight", {F, E, X}, L.sigma_down, to_stream(E));
+  out.router(b + "ffn_gate_inp.weight", L);
+  if (s.selection_bias) out.float_tensor(b + "exp_probs_b.bias", {X}, kSelectionBiasSigma, 0.0f);
+  out.matrix_rows(b + "ffn_gate_exps.weight", {E, F, X}, in, {});
+  out.matrix_rows(b + "ffn_up_exps.weight", {E, F, X}, in, {});
+  out.matrix_rows(b + "ffn_down_exps.weight", {F, E, X}, L.sigma_down, to_stream(E));
   const SplitSigma sh_in{L.sigma_sh_gate, L.sigma_sh_gate};
-  out.add_matrix(b + "ffn_gate_shexp.weight", {E, FS}, sh_in, {});
-  out.add_matrix(b + "ffn_up_shexp.weight", {E, FS}, sh_in, {});
-  out.add_matrix(b + "ffn_down_shexp.weight", {FS, E}, L.sigma_sh_down, to_stream(E));
+  out.matrix_rows(b + "ffn_gate_shexp.weight", {E, FS}, sh_in, {});
+  out.matrix_rows(b + "ffn_up_shexp.weight", {E, FS}, sh_in, {});
+  out.matrix_rows(b + "ffn_down_shexp.weight", {FS, E}, L.sigma_sh_down, to_stream(E));
 }
 
 }  // namespace les::synth

@@ -10,7 +10,7 @@
 #include "les/convert/quantize_model.h"
 #include "les/gguf/gguf.h"
 #include "les/quant/kernels.h"
-#include "les/synth/deepseek2_synth.h"
+#include "les/synth/arch_synth.h"
 #include "les/synth/design.h"
 #include "les/synth/random_fill.h"
 #include "les/synth/synth.h"
@@ -24,8 +24,8 @@ namespace {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-// Sets element 0 of a row of type t to v: float types directly, block types by quantizing the
-// first block again with that element changed.
+// Sets element 0 of a row of type t to v: F32 directly, other types by quantizing the first block
+// again with that element changed.
 void set_first_element(Type t, float v, uint8_t* row) {
   if (t == Type::F32) {
     std::memcpy(row, &v, sizeof(float));
@@ -49,9 +49,10 @@ class Builder final : public TensorSink {
     const int64_t E = s_.n_embd, V = s_.n_vocab;
     RowEditFn embd_edit;  // a constant coordinate (deepseek2's locality): 1 in every token's embedding
     if (d_.const_coord >= 0) embd_edit = [](int64_t) { return RowEdit{1.0f, 1.0f}; };
-    matrix("token_embd.weight", {E, V}, SplitSigma{d_.sigma_embd, d_.sigma_embd}, embd_edit);
+    matrix_rows("token_embd.weight", {E, V}, SplitSigma{d_.sigma_embd, d_.sigma_embd}, embd_edit);
     for (int il = 0; il < s_.n_layer; ++il) add_layer(il);
-    if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
+    if (s_.n_mtp > 0 && s_.arch == Arch::glm4moe) add_glm4moe_block(*this, s_, d_, s_.n_layer);
+    else if (s_.n_mtp > 0) add_mtp_block(s_.n_layer);
     std::vector<float> onorm(static_cast<size_t>(E), 1.0f);
     std::fill(onorm.begin(), onorm.begin() + d_.n_ctx_dims, d_.output_norm_ctx);
     if (d_.const_coord >= 0) onorm[static_cast<size_t>(d_.const_coord)] = 0.0f;
@@ -61,14 +62,6 @@ class Builder final : public TensorSink {
   }
 
   uint64_t data_bytes() const { return data_bytes_; }
-
-  // TensorSink (architecture writers in write_<arch>.cpp).
-  void add_matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma, const RowEditFn& edit) override {
-    matrix(name, std::move(ne), sigma, edit);
-  }
-  void add_router(const std::string& name, const LayerDesign& L) override { router(name, L); }
-  void add_vector(const std::string& name, std::vector<float> v) override { vector(name, std::move(v)); }
-  void add_normal_vector(const std::string& name, int64_t n, float sigma) override { normal_vector(name, n, sigma); }
 
  private:
   void add_keys() {
@@ -83,20 +76,23 @@ class Builder final : public TensorSink {
     w_.add_u32(p + "embedding_length", static_cast<uint32_t>(s_.n_embd));
     w_.add_u32(p + "attention.head_count", static_cast<uint32_t>(s_.n_head));
     w_.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
-    const bool hybrid = s_.arch == Arch::qwen35moe;
+    const bool hybrid = s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next;
     if (s_.arch == Arch::deepseek2) {
       add_deepseek2_keys(w_, s_);  // head and FFN widths, routing, YaRN
     } else {
       w_.add_u32(p + "attention.key_length", static_cast<uint32_t>(s_.head_dim));
       w_.add_u32(p + "attention.value_length", static_cast<uint32_t>(s_.head_dim));
-      w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(hybrid ? s_.n_rot : s_.head_dim));
+      const bool partial_rope = hybrid || s_.arch == Arch::glm4moe;
+      w_.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(partial_rope ? s_.n_rot : s_.head_dim));
     }
     w_.add_f32(p + "rope.freq_base", s_.rope_freq_base);
     w_.add_f32(p + "attention.layer_norm_rms_epsilon", s_.rms_eps);
     if (d_.moe) {
       w_.add_u32(p + "expert_count", static_cast<uint32_t>(s_.n_expert));
       w_.add_u32(p + "expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
-      if (s_.arch == Arch::deepseek2) {
+      if (s_.arch == Arch::glm4moe) {
+        add_glm4moe_keys(w_, s_);
+      } else if (s_.arch == Arch::deepseek2) {
         // written by add_deepseek2_keys
       } else if (s_.arch == Arch::qwen3moe || s_.arch == Arch::qwen2moe || hybrid) {
         w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp * s_.n_expert_used));
@@ -110,9 +106,11 @@ class Builder final : public TensorSink {
     } else {
       w_.add_u32(p + "feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
     }
-    if (hybrid) {
+    if (s_.arch == Arch::qwen35moe) {
       const int half = s_.n_rot / 2;  // M-RoPE sections covering every rotated pair: t, h, w
       w_.add_i32_array(p + "rope.dimension_sections", {(half + 2) / 3, (half + 1) / 3, half / 3, 0});
+    }
+    if (hybrid) {
       w_.add_u32(p + "full_attention_interval", static_cast<uint32_t>(s_.full_attn_interval));
       w_.add_u32(p + "ssm.conv_kernel", static_cast<uint32_t>(s_.ssm_d_conv));
       w_.add_u32(p + "ssm.state_size", static_cast<uint32_t>(s_.ssm_d_state));
@@ -120,10 +118,11 @@ class Builder final : public TensorSink {
       w_.add_u32(p + "ssm.time_step_rank", static_cast<uint32_t>(s_.ssm_n_v_heads));
       w_.add_u32(p + "ssm.inner_size", static_cast<uint32_t>(s_.ssm_n_v_heads * s_.ssm_d_state));
     }
+    if (s_.arch == Arch::gpt_oss) add_gpt_oss_keys(w_, s_);
     add_synth_tokenizer(w_, s_.n_vocab, s_.image_tokens);
   }
 
-  // qwen35moe layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
+  // qwen35moe / qwen3next layer: DeltaNet or gated attention mixer, post-attention norm, MoE + gated shared
   // expert. DeltaNet scales keep every projection's output rms near 1 for rms-1 inputs.
   // The MTP block il = n_layer: a gated-attention layer with MoE, plus eh_proj and its norms
   // (shared_head_norm written; embedding and head shared with the trunk).
@@ -150,8 +149,12 @@ class Builder final : public TensorSink {
       const int64_t vd = nv * S, cd = 2 * s_.ssm_n_k_heads * S + vd;
       matrix(b + "attn_qkv.weight", {E, cd}, in_sigma);
       matrix(b + "attn_gate.weight", {E, vd}, in_sigma);
-      matrix(b + "ssm_beta.weight", {E, nv}, in_sigma);
-      matrix(b + "ssm_alpha.weight", {E, nv}, in_sigma);
+      if (s_.arch == Arch::qwen3next) {
+        matrix(b + "ssm_ba.weight", {E, 2 * nv}, in_sigma);  // [beta (r) | alpha (r)] per q/k head group
+      } else {
+        matrix(b + "ssm_beta.weight", {E, nv}, in_sigma);
+        matrix(b + "ssm_alpha.weight", {E, nv}, in_sigma);
+      }
       float_tensor(b + "ssm_conv1d.weight", {s_.ssm_d_conv, cd}, 0.5f, 0.0f);
       float_tensor(b + "ssm_dt.bias", {nv}, 0.5f, 0.0f);
       float_tensor(b + "ssm_a", {nv}, 0.2f, -1.0f);  // -exp(A_log) around -1
@@ -179,7 +182,7 @@ class Builder final : public TensorSink {
   }
 
   // An F32 tensor of any shape: offset + sigma * (approximately normal values).
-  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) {
+  void float_tensor(const std::string& name, std::vector<int64_t> ne, float sigma, float offset) override {
     int64_t n = 1;
     for (int64_t d : ne) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
@@ -194,8 +197,10 @@ class Builder final : public TensorSink {
   }
 
   void add_layer(int il) {
-    if (s_.arch == Arch::qwen35moe) return add_hybrid_layer(il);
-    if (s_.arch == Arch::deepseek2) return write_deepseek2_layer(*this, s_, d_, il);
+    if (s_.arch == Arch::qwen35moe || s_.arch == Arch::qwen3next) return add_hybrid_layer(il);
+    if (s_.arch == Arch::glm4moe) return add_glm4moe_block(*this, s_, d_, il);
+    if (s_.arch == Arch::gpt_oss) return add_gpt_oss_layer(*this, s_, d_, il);
+    if (s_.arch == Arch::deepseek2) return add_deepseek2_layer(*this, s_, d_, il);
     const LayerDesign& L = d_.layers[static_cast<size_t>(il)];
     const std::string b = "blk." + std::to_string(il) + ".";
     const int64_t E = s_.n_embd, hd = s_.head_dim;
@@ -259,8 +264,13 @@ class Builder final : public TensorSink {
   }
 
   // The same, writing into the hidden state: output rows (coordinates) r % ne[1] below
-  // n_ctx_dims have std sigma.ctx, the others sigma.tok; edit (may be empty) changes single rows.
-  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma, const RowEditFn& edit = {}) {
+  // n_ctx_dims have std sigma.ctx, the others sigma.tok.
+  void matrix(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma) override {
+    matrix_rows(name, std::move(ne), sigma, {});
+  }
+
+  // The same with single rows changed by edit (may be empty).
+  void matrix_rows(const std::string& name, std::vector<int64_t> ne, SplitSigma sigma, const RowEditFn& edit) override {
     const Type t = planned_type(plan_, name, ne, Type::F32, s_.n_layer);
     count(ne, t);
     const int64_t row_len = ne[0];
@@ -287,7 +297,7 @@ class Builder final : public TensorSink {
 
   // The router [n_embd] x [n_expert], F32: element (e, j) has std gain[e] * (router.ctx for the
   // context coordinates j, router.tok for the others).
-  void router(const std::string& name, const LayerDesign& L) {
+  void router(const std::string& name, const LayerDesign& L) override {
     const int64_t E = s_.n_embd, X = s_.n_expert;
     count({E, X}, Type::F32);
     const uint64_t key = tensor_key(s_.seed, name);
@@ -305,7 +315,7 @@ class Builder final : public TensorSink {
     }));
   }
 
-  void vector(const std::string& name, std::vector<float> v) {
+  void vector(const std::string& name, std::vector<float> v) override {
     const int64_t n = static_cast<int64_t>(v.size());
     count({n}, Type::F32);
     auto data = std::make_shared<std::vector<float>>(std::move(v));
