@@ -683,6 +683,24 @@ TEST(TokenizerMoePre, Gpt4oDeepseekV3KimiK2OnDeepseekVocab) {
 
 TEST(TokenizerMoePre, PairVocabulary) {
   for (const char* pre : kMoePres) check_moe_vectors("pairs", pre, {"moe-pre"});
+  check_moe_vectors("pairs", "glm4", {"moe-pre"});  // GLM-4.5: the Llama-3 split
+}
+
+// These pre-types leave llama.cpp's space clean-up off, so decoding gives back the text exactly;
+// glm4 keeps it (" ." -> ".").
+TEST(TokenizerMoePre, DecodeSpaceCleanUp) {
+  const std::string path = moe_dir() + "/pairs.gguf";
+  LES_REQUIRE_FILE(path);
+  const auto texts = read_inputs(moe_set("moe-pre"));
+  for (const char* pre : kMoePres) {
+    const Tokenizer& tok = tokenizer(path, pre);
+    int bad = 0;
+    for (const std::string& t : texts) bad += tok.decode(tok.encode(t, false, false)) != t;
+    EXPECT_EQ(bad, 0) << pre;
+  }
+  const Tokenizer& glm = tokenizer(path, "glm4");
+  EXPECT_EQ(glm.decode(glm.encode(" .", false, false)), ".");
+  EXPECT_EQ(tokenizer(path, "gpt-4o").decode(tokenizer(path, "gpt-4o").encode(" .", false, false)), " .");
 }
 
 // The pair vocabulary tells the five splits apart: each two of them give different ids on many texts.
@@ -775,6 +793,7 @@ TEST(TokenizerMoePre, VsLlamaCppLive) {
   std::vector<Case> cases;
   for (const char* pre : kMoePres) cases.push_back({"pairs", pre});
   for (const char* pre : {"deepseek-llm", "gpt-4o", "deepseek-v3", "kimi-k2"}) cases.push_back({"deepseek-llm", pre});
+  cases.push_back({"pairs", "glm4"});
   cases.push_back({"deepseek-coder", "deepseek-coder"});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.vocab) + " / " + c.pre);

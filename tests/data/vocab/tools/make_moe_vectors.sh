@@ -57,7 +57,7 @@ for pre in gpt-4o deepseek-v3 kimi-k2; do
 done
 
 $VF pairs "$OUT/pairs.gguf" gpt-4o "$OUT/moe-pre.inp"
-for pre in gpt-4o deepseek-v3 kimi-k2 deepseek-llm deepseek-coder; do
+for pre in gpt-4o deepseek-v3 kimi-k2 deepseek-llm deepseek-coder glm4; do
     $VF setpre "$OUT/pairs.gguf" "$TMP/v.gguf" "$pre"
     ids "$TMP/v.gguf" "$OUT/moe-pre.inp" "$OUT/pairs.$pre.moe-pre.out"
 done
