@@ -70,4 +70,25 @@ inline std::vector<int32_t> llamacpp_greedy(const std::string& model, const std:
   return nlohmann::json::parse(f)["gen_tokens"].get<std::vector<int32_t>>();
 }
 
+// llama.cpp's token ids for each text with the vocabulary of `model` (tools/llamacpp-ref/tokenize.mjs:
+// add_special = false, parse_special = false). The texts must be valid UTF-8 without NUL. Empty on
+// failure.
+inline std::vector<std::vector<int32_t>> llamacpp_tokenize(const std::string& model, const std::vector<std::string>& texts,
+                                                           const std::string& work_dir) {
+  const std::string in = work_dir + "/texts.json";
+  const std::string out = work_dir + "/ids.json";
+  {
+    std::ofstream f(in);
+    f << nlohmann::json(texts).dump();
+  }
+  const std::string cmd = "node " + llamacpp_ref_dir() + "/tokenize.mjs --model '" + model + "' --in '" + in +
+                          "' --out '" + out + "' > '" + work_dir + "/tokenize.log' 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "llama.cpp reference failed: %s\n", cmd.c_str());
+    return {};
+  }
+  std::ifstream f(out);
+  return nlohmann::json::parse(f).get<std::vector<std::vector<int32_t>>>();
+}
+
 }  // namespace les::test

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -24,6 +25,7 @@
 #include "les/tokenizer/tokenizer.h"
 #include "les/tokenizer/unicode.h"
 #include "les/util/error.h"
+#include "llamacpp_ref.h"
 #include "test_util.h"
 
 namespace {
@@ -191,7 +193,7 @@ TEST(TokenizerVocabFiles, LlamaCppCheckout) {
   LES_REQUIRE_FILE(dir + "/ggml-vocab-qwen2.gguf");
   int tested = 0;
   for (const char* name : {"qwen2", "qwen35", "llama-bpe", "llama-spm", "gpt-2", "phi-3", "mpt",
-                           "starcoder", "refact", "command-r", "falcon"}) {
+                           "starcoder", "refact", "command-r", "falcon", "deepseek-llm", "deepseek-coder"}) {
     const std::string base = dir + "/ggml-vocab-" + std::string(name) + ".gguf";
     if (!les::test::file_exists(base + ".inp")) continue;
     SCOPED_TRACE(name);
@@ -617,4 +619,203 @@ TEST(TokenizerVocabGguf, RefusesBadMetadata) {
     const Tokenizer tok(les::vocab_from_gguf(tiny_gguf()));
     expect_error_naming([&] { tok.token_to_piece(100000); }, "out of range");
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pre-tokenizers of the big MoE families: gpt-4o (gpt-oss), deepseek-v3 (DeepSeek-V3/R1),
+// kimi-k2, deepseek-llm (DeepSeek-V2/V2-Lite), deepseek-coder. tests/data/vocab/moe (README.md
+// there): llama.cpp's ids with its deepseek vocabularies cut down to the test texts, and with a
+// synthetic vocabulary in which every two adjacent code points of the texts merge, so that a split
+// anywhere llama.cpp does not split (or the reverse) changes the ids.
+
+namespace {
+
+std::string moe_dir() { return vocab_dir() + "/moe"; }
+
+std::string moe_set(const std::string& set) {
+  if (set == "llamacpp") return vocab_dir() + "/ggml-vocab-qwen2.gguf.inp";  // llama.cpp's texts
+  if (set == "moe-pre") return moe_dir() + "/moe-pre.inp";
+  return vocab_dir() + "/les-" + set + ".inp";
+}
+
+const char* const kMoePres[] = {"gpt-4o", "deepseek-v3", "kimi-k2", "deepseek-llm", "deepseek-coder"};
+
+// moe/<vocab>.gguf read with tokenizer.ggml.pre = pre, against moe/<vocab>.<pre>.<set>.out.
+void check_moe_vectors(const std::string& vocab, const std::string& pre, const std::vector<std::string>& sets) {
+  const std::string path = moe_dir() + "/" + vocab + ".gguf";
+  LES_REQUIRE_FILE(path);
+  const Tokenizer& tok = tokenizer(path, pre);
+  for (const std::string& set : sets) {
+    SCOPED_TRACE(vocab + " / " + pre + " / " + set);
+    const std::string out = moe_dir() + "/" + vocab + "." + pre + "." + set + ".out";
+    LES_REQUIRE_FILE(out);
+    EXPECT_EQ(run_cases(tok, moe_set(set), out, false), 0);
+  }
+}
+
+// The pre-tokenized words of `text` under tokenizer.ggml.pre = pre, as UTF-8.
+std::vector<std::string> words_of(const std::string& pre, const std::string& text) {
+  les::Vocab v = les::vocab_from_gguf(tiny_gguf());
+  v.pre = pre;
+  const Tokenizer tok(std::move(v));
+  std::vector<std::string> out;
+  for (const std::string& w : tok.pre_tokenize(text)) {
+    std::string raw;
+    for (uint32_t cp : les::unicode::decode_utf8(w)) raw.push_back(static_cast<char>(les::unicode::bpe_cp_to_byte(cp)));
+    out.push_back(raw);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TokenizerMoePre, DeepseekLlmVocab) {
+  check_moe_vectors("deepseek-llm", "deepseek-llm", {"llamacpp", "mixed", "invalid-utf8", "moe-pre"});
+}
+
+TEST(TokenizerMoePre, DeepseekCoderVocab) {
+  check_moe_vectors("deepseek-coder", "deepseek-coder", {"llamacpp", "mixed", "invalid-utf8", "moe-pre"});
+}
+
+TEST(TokenizerMoePre, Gpt4oDeepseekV3KimiK2OnDeepseekVocab) {
+  for (const char* pre : {"gpt-4o", "deepseek-v3", "kimi-k2"}) check_moe_vectors("deepseek-llm", pre, {"moe-pre", "invalid-utf8"});
+}
+
+TEST(TokenizerMoePre, PairVocabulary) {
+  for (const char* pre : kMoePres) check_moe_vectors("pairs", pre, {"moe-pre"});
+  check_moe_vectors("pairs", "glm4", {"moe-pre"});  // GLM-4.5: the Llama-3 split
+}
+
+// These pre-types leave llama.cpp's space clean-up off, so decoding gives back the text exactly;
+// glm4 keeps it (" ." -> ".").
+TEST(TokenizerMoePre, DecodeSpaceCleanUp) {
+  const std::string path = moe_dir() + "/pairs.gguf";
+  LES_REQUIRE_FILE(path);
+  const auto texts = read_inputs(moe_set("moe-pre"));
+  for (const char* pre : kMoePres) {
+    const Tokenizer& tok = tokenizer(path, pre);
+    int bad = 0;
+    for (const std::string& t : texts) bad += tok.decode(tok.encode(t, false, false)) != t;
+    EXPECT_EQ(bad, 0) << pre;
+  }
+  const Tokenizer& glm = tokenizer(path, "glm4");
+  EXPECT_EQ(glm.decode(glm.encode(" .", false, false)), ".");
+  EXPECT_EQ(tokenizer(path, "gpt-4o").decode(tokenizer(path, "gpt-4o").encode(" .", false, false)), " .");
+}
+
+// The pair vocabulary tells the five splits apart: each two of them give different ids on many texts.
+TEST(TokenizerMoePre, PairVocabularySeesEverySplit) {
+  const std::string path = moe_dir() + "/pairs.gguf";
+  LES_REQUIRE_FILE(path);
+  const auto texts = read_inputs(moe_set("moe-pre"));
+  std::vector<std::vector<Ids>> ids;
+  for (const char* pre : kMoePres) {
+    const Tokenizer& tok = tokenizer(path, pre);
+    ids.emplace_back();
+    for (const std::string& t : texts) ids.back().push_back(tok.encode(t, false, false));
+  }
+  for (size_t a = 0; a < ids.size(); ++a) {
+    for (size_t b = a + 1; b < ids.size(); ++b) {
+      int differ = 0;
+      for (size_t i = 0; i < texts.size(); ++i) differ += ids[a][i] != ids[b][i];
+      EXPECT_GE(differ, 50) << kMoePres[a] << " vs " << kMoePres[b];
+    }
+  }
+}
+
+// The rules spelled out on a few texts (the vectors above are what proves them equal to llama.cpp).
+TEST(TokenizerMoePre, WordsByHand) {
+  using W = std::vector<std::string>;
+  // gpt-4o: case changes split letter runs; a non-ASCII letter counts as upper and lower case (so
+  // "ÀBC" gives "À" then "BC"); contractions end a word; '/' joins the newlines after punctuation
+  EXPECT_EQ(words_of("gpt-4o", "HelloWorld \xC3\x80" "BCdef \xC3\x80" "BC DON'T i'M a/\n/b 12345"),
+            (W{"Hello", "World", " \xC3\x80" "BCdef", " \xC3\x80", "BC", " DON'T", " i'M", " a", "/\n/", "b", " ",
+               "123", "45"}));
+  // kimi-k2: runs of Han apart from other letters; 々 is a letter but not Han, 〇 a number
+  EXPECT_EQ(words_of("kimi-k2", "\xE4\xB8\xAD\xE6\x96\x87" "English\xE6\xB7\xB7\xE5\x90\x88 don't\xE4\xB8\xAD "
+                                "\xE3\x80\x85\xE3\x80\x87 12345\n\n x"),
+            (W{"\xE4\xB8\xAD\xE6\x96\x87", "English", "\xE6\xB7\xB7\xE5\x90\x88", " don't", "\xE4\xB8\xAD",
+               " \xE3\x80\x85", "\xE3\x80\x87", " ", "123", "45", "\n\n", " x"}));
+  // deepseek-v3: numbers in threes, Han and kana runs, one ASCII punctuation mark before ASCII
+  // letters; a format character (ZWJ) leads a letter run
+  EXPECT_EQ(words_of("deepseek-v3", ".hello (\xC3\xA9 1234567 \xE6\xBC\xA2\xE5\xAD\x97\xE3\x81\x8B\xE3\x81\xAA"
+                                    "\xE3\x82\xAB\xE3\x83\x8A \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 x\xE2\x80\x8Dy"),
+            (W{".hello", " (", "\xC3\xA9", " ", "123", "456", "7", " ",
+               "\xE6\xBC\xA2\xE5\xAD\x97\xE3\x81\x8B\xE3\x81\xAA\xE3\x82\xAB\xE3\x83\x8A",
+               " \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4", " x", "\xE2\x80\x8Dy"}));
+  // deepseek-llm: CR/LF alone, its own letter list (µ, ǅ, fullwidth), the trailing blanks of a
+  // piece, CJK and Hangul runs, number runs
+  EXPECT_EQ(words_of("deepseek-llm", "Hello  World\n\n\xC2\xB5-\xC7\x85 \xE4\xB8\xAD\xE6\x96\x87\xED\x95\x9C\xEA\xB5\xAD"
+                                     "\xEC\x96\xB4 \xEF\xBC\xA1\xEF\xBC\xA2\xEF\xBC\x81 123  "),
+            (W{"Hello", " ", " World", "\n", "\n", "\xC2\xB5", "-", "\xC7\x85", " ",
+               "\xE4\xB8\xAD\xE6\x96\x87\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4", " \xEF\xBC\xA1\xEF\xBC\xA2",
+               "\xEF\xBC\x81", " ", "123", "  "}));
+  // deepseek-coder: letters and punctuation with one leading blank, CJK runs, each digit alone
+  EXPECT_EQ(words_of("deepseek-coder", "Hello, world!\n \xE4\xB8\xAD\xE6\x96\x87 x12"),
+            (W{"Hello", ",", " world", "!", "\n", " ", "\xE4\xB8\xAD\xE6\x96\x87", " x", "1", "2"}));
+}
+
+// llama.cpp's other names for the same pre-tokenizers.
+TEST(TokenizerMoePre, AliasNames) {
+  const std::string text = "HelloWorld DON'T \xE4\xB8\xAD\xE6\x96\x87 1234567 a/\n/b \xC3\x80" "BC .x";
+  for (const char* alias : {"llama4", "kanana2", "talkie", "minimax-m2"}) {
+    EXPECT_EQ(words_of(alias, text), words_of("gpt-4o", text)) << alias;
+  }
+  for (const char* alias : {"hunyuan-dense", "joyai-llm", "hy_v4"}) {
+    EXPECT_EQ(words_of(alias, text), words_of("deepseek-v3", text)) << alias;
+  }
+  EXPECT_NE(words_of("gpt-4o", text), words_of("llama-bpe", text));
+  EXPECT_NE(words_of("kimi-k2", text), words_of("gpt-4o", text));
+}
+
+// llama.cpp lets a kimi-k2 vocabulary come without merges (every byte is a token then); other
+// byte-level vocabularies still need them.
+TEST(TokenizerMoePre, KimiK2WithoutMerges) {
+  auto f = tiny_gguf();
+  remove_kv(f, "tokenizer.ggml.merges");
+  replace_kv(f, "tokenizer.ggml.pre", str_value("kimi-k2"));
+  const Tokenizer tok(les::vocab_from_gguf(f));
+  EXPECT_EQ(tok.encode("abc ab", false, false), (Ids{'a', 'b', 'c', ' ', 'a', 'b'}));
+  replace_kv(f, "tokenizer.ggml.pre", str_value("gpt-4o"));
+  expect_error_naming([&] { les::vocab_from_gguf(f); }, "tokenizer.ggml.merges");
+}
+
+// The same texts through llama.cpp itself (node-llama-cpp), for every vocabulary and pre-tokenizer
+// above: checks les and, through les, the stored vectors.
+TEST(TokenizerMoePre, VsLlamaCppLive) {
+  LES_REQUIRE_LLAMACPP();
+  const auto texts = read_inputs(moe_set("moe-pre"));
+  const std::string dir = les::test::temp_dir();
+  struct Case {
+    const char* vocab;
+    const char* pre;
+  };
+  std::vector<Case> cases;
+  for (const char* pre : kMoePres) cases.push_back({"pairs", pre});
+  for (const char* pre : {"deepseek-llm", "gpt-4o", "deepseek-v3", "kimi-k2"}) cases.push_back({"deepseek-llm", pre});
+  cases.push_back({"pairs", "glm4"});
+  cases.push_back({"deepseek-coder", "deepseek-coder"});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.vocab) + " / " + c.pre);
+    const std::string src = moe_dir() + "/" + c.vocab + ".gguf";
+    LES_REQUIRE_FILE(src);
+    les::gguf::File f = les::gguf::read_file(src);
+    les::gguf::Writer w;
+    for (auto& [key, value] : f.kv) w.add(key, key == "tokenizer.ggml.pre" ? str_value(c.pre) : value);
+    const std::string model = dir + "/vocab.gguf";
+    w.write(model);
+    const auto ref = les::test::llamacpp_tokenize(model, texts, dir);
+    ASSERT_EQ(ref.size(), texts.size());
+    const Tokenizer& tok = tokenizer(src, c.pre);
+    int failures = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const Ids got = tok.encode(texts[i], false, false);
+      if (got != ref[i] && ++failures <= 5) {
+        ADD_FAILURE() << "case " << i << " '" << escaped(texts[i]) << "'\n  llama.cpp " << ids_str(ref[i])
+                      << "\n  les       " << ids_str(got);
+      }
+    }
+    EXPECT_EQ(failures, 0);
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -5,7 +5,8 @@
 //   default/"" , gpt-2 family (gpt-2, mpt, olmo, phi-2, jais, ...), llama3 family (llama3,
 //   llama-bpe, dbrx, smaug-bpe, falcon3, chatglm-bpe, ...), qwen2 family (qwen2, stablelm2,
 //   deepseek-r1-qwen, hunyuan, megrez, ...), qwen35, starcoder family (starcoder, refact,
-//   command-r, smollm, ...) and falcon;
+//   command-r, smollm, ...), falcon, gpt-4o (gpt-oss; llama4, minimax-m2, ...), kimi-k2,
+//   deepseek-v3 (hunyuan-dense, joyai-llm, hy_v4), deepseek-llm and deepseek-coder;
 // and "llama" (SentencePiece BPE with scores, <0xXX> byte fallback).
 //
 // Usage:
@@ -116,8 +117,8 @@ class Tokenizer {
 
   // llama_detokenize(ids, remove_special, unparse_special = special), including its per-vocab
   // clean-up (SPM: leading space of the first token dropped; clean_spaces vocabularies such as
-  // gpt-2/llama3: " ." -> "." etc.). For qwen2/qwen35 vocabularies decode(encode(t)) == t for
-  // valid UTF-8 t.
+  // gpt-2/llama3: " ." -> "." etc.). For qwen2/qwen35/gpt-4o/kimi-k2/deepseek vocabularies
+  // decode(encode(t)) == t for valid UTF-8 t.
   std::string decode(const std::vector<int32_t>& ids, bool special = true,
                      bool remove_special = false) const;
 

@@ -72,6 +72,22 @@ PreSpec resolve_pre(const std::string& pre) {
   } else if (pre == "qwen35") {
     p.rules = {R::kQwen35};
     p.clean_spaces = false;
+  } else if (name_in(pre, {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"})) {
+    p.rules = {R::kGpt4o};
+    p.clean_spaces = false;
+  } else if (pre == "kimi-k2") {
+    p.rules = {R::kKimiK2};
+    p.clean_spaces = false;
+  } else if (name_in(pre, {"deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"})) {
+    p.rules = {R::kNumbers3, R::kCjkKana, R::kDeepseekV3};
+    p.clean_spaces = false;
+  } else if (pre == "deepseek-llm") {
+    p.rules = {R::kEachNewline, R::kDeepseekLetters, R::kDeepseekPunct, R::kTrailingSpace,
+               R::kCjkHangul, R::kNumberRuns};
+    p.clean_spaces = false;
+  } else if (pre == "deepseek-coder") {
+    p.rules = {R::kEachNewline, R::kSpaceLetters, R::kSpacePunct, R::kCjkHangul, R::kEachNumber};
+    p.clean_spaces = false;
   } else {
     throw Error(strfmt("tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", pre.c_str()));
   }

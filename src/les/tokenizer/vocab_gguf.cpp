@@ -109,7 +109,7 @@ Vocab vocab_from_gguf(const gguf::File& f) {
   }
   if (f.find("tokenizer.ggml.merges")) {
     v.merges = string_array(f, "tokenizer.ggml.merges");
-  } else if (v.model == "gpt2") {
+  } else if (v.model == "gpt2" && v.pre != "kimi-k2") {  // llama.cpp lets Kimi-K2 go without
     throw Error("tokenizer.ggml.merges: missing (required for a gpt2 BPE vocabulary)");
   }
 
