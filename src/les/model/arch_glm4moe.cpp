@@ -42,7 +42,6 @@ void read_glm4moe(const gguf::File& f, const std::string& path, ModelConfig& c) 
 // optional biases, per-head q/k norms when the model has them, the output projection (no bias).
 void ModelLoader::load_glm4moe_attention(int il, LayerWeights& L) {
   const ModelConfig& c = m.cfg_;
-  const int64_t E = c.n_embd;
   const std::string b = "blk." + std::to_string(il) + ".";
   if (il < c.n_layer && m.gguf_.find_tensor(b + "nextn.eh_proj.weight")) {
     throw Error(strfmt("%s: block %d is a NextN (MTP) block but is counted as a trunk layer: the key "
@@ -52,47 +51,7 @@ void ModelLoader::load_glm4moe_attention(int il, LayerWeights& L) {
     throw Error(strfmt("%s: '%sattn_qkv.weight' (fused q/k/v) is not supported; convert with separate "
                        "attn_q / attn_k / attn_v", m.path_.c_str(), b.c_str()));
   }
-  L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
-  L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
-  L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
-  L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
-  L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
-  L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
-  L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
-  if (c.qk_norm == QkNorm::per_head) {
-    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
-    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
-  }
-}
-
-// The NextN block (blk.<n_layer>): attention + routed MoE + shared expert like a trunk MoE layer,
-// plus eh_proj, enorm, hnorm and the optional shared head norm / head / embedding (else the
-// trunk's output_norm / output / token_embd). Its routed experts are expert layer n_layer.
-void ModelLoader::load_glm4moe_nextn() {
-  const ModelConfig& c = m.cfg_;
-  if (c.n_layer_nextn == 0) return;
-  if (c.n_layer_nextn != 1) {
-    throw Error(strfmt("%s: %d NextN blocks; only one is supported (glm4moe.nextn_predict_layers)", m.path_.c_str(),
-                       c.n_layer_nextn));
-  }
-  const int il = c.n_layer;
-  const int64_t E = c.n_embd;
-  const std::string b = "blk." + std::to_string(il) + ".";
-  MtpWeights& t = m.w_.mtp;
-  LayerWeights& L = t.block;
-  L.attn_norm = vec(b + "attn_norm.weight", E, required);
-  load_glm4moe_attention(il, L);
-  L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
-  load_moe(il, L);
-  t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
-  t.enorm = vec(b + "nextn.enorm.weight", E, required);
-  t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
-  t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
-  if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
-  t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
-  if (!t.embed.present()) t.embed = m.w_.tok_embd;
-  t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
-  if (!t.head.present()) t.head = m.w_.output;
+  load_standard_attention(il, L, false);  // no output bias in this architecture
 }
 
 }  // namespace les

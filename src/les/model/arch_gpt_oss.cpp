@@ -61,16 +61,8 @@ void read_gpt_oss(const gguf::File& f, const std::string& path, ModelConfig& c) 
 
 void ModelLoader::load_gpt_oss_attention(int il, LayerWeights& L) {
   const ModelConfig& c = m.cfg_;
-  const int64_t E = c.n_embd;
   const std::string b = "blk." + std::to_string(il) + ".";
-  L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
-  L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
-  L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
-  L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
-  L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
-  L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
-  L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
-  L.bo = vec(b + "attn_output.bias", E, required);
+  load_standard_attention(il, L, true, required);
   L.attn_sinks = vec(b + "attn_sinks.weight", c.n_head, required);
 }
 

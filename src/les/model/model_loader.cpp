@@ -75,21 +75,7 @@ void ModelLoader::load_all() {
       load_gpt_oss_attention(il, L);
       L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
     } else {
-      L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
-      L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
-      L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
-      L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
-      L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
-      L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
-      L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
-      L.bo = vec(b + "attn_output.bias", E, optional);
-      if (c.qk_norm == QkNorm::per_head) {
-        L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
-        L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
-      } else if (c.qk_norm == QkNorm::full) {
-        L.q_norm = vec(b + "attn_q_norm.weight", c.n_q(), required);
-        L.k_norm = vec(b + "attn_k_norm.weight", c.n_kv_k(), required);
-      }
+      load_standard_attention(il, L, true);
       L.ffn_norm = vec(b + "ffn_norm.weight", E, required);
     }
     if (c.has_experts(il)) {
@@ -105,8 +91,7 @@ void ModelLoader::load_all() {
     }
   }
 
-  if (c.arch == Arch::glm4moe) load_glm4moe_nextn();
-  else load_mtp_block();
+  load_mtp_block();
   for (const auto& t : m.gguf_.tensors) {
     if (used.count(t.name)) continue;
     const auto ends_with = [&](const char* suffix) {
@@ -126,6 +111,63 @@ void ModelLoader::load_all() {
                          m.path_.c_str(), t.name.c_str(), c.arch_str.c_str()));
     }
   }
+}
+
+void ModelLoader::load_standard_attention(int il, LayerWeights& L, bool with_out_bias, Need out_bias_need) {
+  const ModelConfig& c = m.cfg_;
+  const int64_t E = c.n_embd;
+  const std::string b = "blk." + std::to_string(il) + ".";
+  L.wq = matrix(b + "attn_q.weight", E, c.n_q(), required);
+  L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+  L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+  L.bq = vec(b + "attn_q.bias", c.n_q(), optional);
+  L.bk = vec(b + "attn_k.bias", c.n_kv_k(), optional);
+  L.bv = vec(b + "attn_v.bias", c.n_kv_v(), optional);
+  L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+  if (with_out_bias) L.bo = vec(b + "attn_output.bias", E, out_bias_need);
+  if (c.qk_norm == QkNorm::per_head) {
+    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+  } else if (c.qk_norm == QkNorm::full) {
+    L.q_norm = vec(b + "attn_q_norm.weight", c.n_q(), required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.n_kv_k(), required);
+  }
+}
+
+void ModelLoader::load_mtp_block() {
+  const ModelConfig& c = m.cfg_;
+  if (c.n_layer_nextn == 0) return;
+  if (c.n_layer_nextn != 1) {
+    throw Error(strfmt("%s: %d MTP (NextN) blocks; only one is supported (%s.nextn_predict_layers)", m.path_.c_str(),
+                       c.n_layer_nextn, c.arch_str.c_str()));
+  }
+  const int il = c.n_layer;
+  const int64_t E = c.n_embd;
+  const std::string b = "blk." + std::to_string(il) + ".";
+  MtpWeights& t = m.w_.mtp;
+  LayerWeights& L = t.block;
+  L.attn_norm = vec(b + "attn_norm.weight", E, required);
+  if (c.arch == Arch::glm4moe) {
+    load_glm4moe_attention(il, L);
+  } else {  // gated attention: attn_q holds [q_h | gate_h] per head
+    L.wq = matrix(b + "attn_q.weight", E, 2 * c.n_q(), required);
+    L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
+    L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
+    L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
+    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
+    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
+  }
+  L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
+  load_moe(il, L);
+  t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
+  t.enorm = vec(b + "nextn.enorm.weight", E, required);
+  t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
+  t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
+  if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
+  t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
+  if (!t.embed.present()) t.embed = m.w_.tok_embd;
+  t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
+  if (!t.head.present()) t.head = m.w_.output;
 }
 
 bool is_routed_expert_tensor(const std::string& name) {

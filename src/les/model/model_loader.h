@@ -209,40 +209,13 @@ struct ModelLoader {
     }
   }
 
-  // The MTP (NextN) block after the trunk (qwen35moe): loaded as the draft head; it never runs in
-  // the main pass. Its routed experts are expert layer n_layer: mapped when resident, streamed
-  // through the expert cache otherwise (ExpertLayout gives them a layer of their own).
-  void load_mtp_block() {
-    const ModelConfig& c = m.cfg_;
-    if (c.n_layer_nextn == 0) return;
-    if (c.n_layer_nextn != 1) {
-      throw Error(strfmt("%s: %d MTP blocks; only one is supported (nextn_predict_layers)", m.path_.c_str(),
-                         c.n_layer_nextn));
-    }
-    const int il = c.n_layer;
-    const int64_t E = c.n_embd;
-    const std::string b = "blk." + std::to_string(il) + ".";
-    MtpWeights& t = m.w_.mtp;
-    LayerWeights& L = t.block;
-    L.attn_norm = vec(b + "attn_norm.weight", E, required);
-    L.wq = matrix(b + "attn_q.weight", E, 2 * c.n_q(), required);
-    L.wk = matrix(b + "attn_k.weight", E, c.n_kv_k(), required);
-    L.wv = matrix(b + "attn_v.weight", E, c.n_kv_v(), required);
-    L.wo = matrix(b + "attn_output.weight", c.n_head * c.head_dim_v, E, required);
-    L.q_norm = vec(b + "attn_q_norm.weight", c.head_dim_k, required);
-    L.k_norm = vec(b + "attn_k_norm.weight", c.head_dim_k, required);
-    L.ffn_norm = vec(b + "post_attention_norm.weight", E, required);
-    load_moe(il, L);
-    t.eh_proj = matrix(b + "nextn.eh_proj.weight", 2 * E, E, required);
-    t.enorm = vec(b + "nextn.enorm.weight", E, required);
-    t.hnorm = vec(b + "nextn.hnorm.weight", E, required);
-    t.head_norm = vec(b + "nextn.shared_head_norm.weight", E, optional);
-    if (!t.head_norm.present()) t.head_norm = m.w_.output_norm;
-    t.embed = matrix(b + "nextn.embed_tokens.weight", E, c.n_vocab, optional);
-    if (!t.embed.present()) t.embed = m.w_.tok_embd;
-    t.head = matrix(b + "nextn.shared_head_head.weight", E, c.n_vocab, optional);
-    if (!t.head.present()) t.head = m.w_.output;
-  }
+  // The MTP (NextN) block after the trunk (qwen35moe, qwen3next, glm4moe): loaded as the draft
+  // head; it never runs in the main pass. Its attention is the architecture's (gated attention, or
+  // glm4moe's standard attention); its routed experts are expert layer n_layer: mapped when
+  // resident, streamed through the expert cache otherwise (ExpertLayout gives them a layer of their
+  // own). Its own embedding, head norm and LM head are optional (else the trunk's). Defined in
+  // model_loader.cpp.
+  void load_mtp_block();
 
   // Router, routed experts and (optional) gated shared expert of layer il.
   void load_moe(int il, LayerWeights& L) {
@@ -274,10 +247,14 @@ struct ModelLoader {
     }
   }
 
-  // Per-architecture parts (model_loader_<arch>.cpp).
+  // Standard attention of block il: attn_q/k/v (biases optional), attn_output, its bias when
+  // with_out_bias (as out_bias_need says; otherwise not in the table, so a file's is refused as
+  // unused), and q/k norms as the config's qk_norm says. Defined in model_loader.cpp.
+  void load_standard_attention(int il, LayerWeights& L, bool with_out_bias, Need out_bias_need = optional);
+
+  // Per-architecture parts (arch_<arch>.cpp).
   void load_deepseek2_attention(int il, LayerWeights& L);
   void load_glm4moe_attention(int il, LayerWeights& L);
-  void load_glm4moe_nextn();
   void load_gpt_oss_attention(int il, LayerWeights& L);
   void load_qwen3next_mixer(int il, LayerWeights& L);
 
