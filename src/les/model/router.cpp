@@ -70,7 +70,8 @@ void route_scores(const RouterParams& p, float* logits, const float* sel_bias, f
 
 void route_topk(const RouterParams& p, float* logits, const float* sel_bias, int32_t* ids, float* weights) {
   const int n = p.n_expert;
-  std::vector<float> selv(static_cast<size_t>(n));
+  thread_local std::vector<float> selv;  // per-row scratch: no allocation per routed token
+  selv.resize(static_cast<size_t>(n));
   route_scores(p, logits, sel_bias, selv.data());
   const float* sel = selv.data();
   for (int j = 0; j < p.k; ++j) {
@@ -105,7 +106,8 @@ void selection_scores(const RouterParams& p, const LayerWeights& L, float* logit
   if (L.router_bias.present()) {
     for (int e = 0; e < p.n_expert; ++e) logits[e] = logits[e] + L.router_bias.data[e];
   }
-  std::vector<float> sel(static_cast<size_t>(p.n_expert));
+  thread_local std::vector<float> sel;
+  sel.resize(static_cast<size_t>(p.n_expert));
   route_scores(p, logits, L.exp_probs_b.data, sel.data());
   std::copy(sel.begin(), sel.end(), logits);
 }
