@@ -226,6 +226,19 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   experts_->on_token_done();
 }
 
+void Context::eval_together(std::span<const SeqTokens> batch) {
+  for (const SeqTokens& b : batch) {
+    if (!b.ctx || &b.ctx->model_ != &model_) throw Error("eval_together: a context of another model");
+    if (b.tokens.empty()) throw Error("eval_together: a sequence without tokens");
+    if (b.ctx->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.ctx->n_ctx_) {
+      throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", b.ctx->n_past_,
+                         b.tokens.size(), b.ctx->n_ctx_));
+    }
+  }
+  // Interim form: one pass per sequence (the same results; the batched pass replaces it).
+  for (const SeqTokens& b : batch) b.ctx->eval(b.tokens, false);
+}
+
 void Context::eval_from_layer(std::span<const int32_t> tokens, int first_layer, const float* h_in) {
   if (n_past_ != 0) throw Error("eval_from_layer: the context is not empty");
   if (first_layer < 0 || first_layer > cfg_.n_layer) {

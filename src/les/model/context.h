@@ -80,6 +80,20 @@ class Context {
   // context.
   void eval_mixed(std::span<const int32_t> tokens, const float* embd, int64_t n_rows, bool all_logits);
 
+  // One step for several sequences at once (batched serving): batch[s].tokens are appended to
+  // batch[s].ctx (contexts of this same model and expert source, all distinct; `this` may be one
+  // of them or not). Afterwards each ctx->last_logits() holds its last token's logits
+  // (n_outputs() == 1). Each context's logits, state and KV cache are bit-identical to
+  // ctx->eval(tokens, false) alone: tokens of every sequence go through one forward pass per
+  // n_batch tokens (each streamed expert read once for all of them), attention and recurrent
+  // state per sequence. Throws les::Error (nothing evaluated) for a token out of range, a full
+  // context, an empty token list or a context of another model.
+  struct SeqTokens {
+    Context* ctx = nullptr;
+    std::span<const int32_t> tokens;
+  };
+  void eval_together(std::span<const SeqTokens> batch);
+
   // Evaluates tokens at positions 0.. of an empty context (n_past() == 0) from layer first_layer
   // on: h_in [n][n_embd] is that layer's input (the residual stream after layer first_layer - 1,
   // as the "l_out" observer reports it; first_layer == n_layer runs only the output head).
