@@ -55,6 +55,8 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     mr.resident = opts_.resident;
     mr.n_ctx = cp.n_ctx;
     mr.n_batch = cp.n_batch;
+    mr.type_k = cp.type_k;
+    mr.type_v = cp.type_v;
     mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
     // The vision encoder is resident beside the model, as a drafter is.
     if (!opts_.mmproj_path.empty()) {
@@ -112,14 +114,14 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     StreamingOptions so = opts_.streaming;
     const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*model_, so.io_mode);
     const uint64_t drafter_bytes = (drafter_ ? drafter_->resident_bytes() : 0) + vision_bytes;
-    plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes);
+    plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes, cp.type_k, cp.type_v);
     if (mmproj_) plan_.drafter_label = drafter_ ? "drafter and vision encoder" : "vision encoder";
     so.cache_bytes = plan_.cache;
     so.withheld_bytes = 0;
     if (drafter_ && drafter_bytes > vision_bytes && opts_.depth.adaptive) {
       // The drafter's share of the cache is withheld (never touched) rather than missing: when the
       // depth controller gives speculation up, the drafter is freed and the slots go in use.
-      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, vision_bytes).cache;
+      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, vision_bytes, cp.type_k, cp.type_v).cache;
       so.withheld_bytes = so.cache_bytes - plan_.cache;
     }
     if (opts_.probe_io || so.read_chunk_auto) {

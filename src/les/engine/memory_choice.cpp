@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "les/model/kv_cache.h"
 #include "les/pack/pack_format.h"
 #include "les/sched/budget.h"
 #include "les/storage/io.h"
@@ -101,10 +102,16 @@ uint64_t resident_margin(uint64_t weight_bytes) { return kGiB + weight_bytes / 1
 
 MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, const MemoryFacts& facts) {
   const ModelConfig& c = fp.config;
+  // The resident rule's context floor; the training context is where the choice starts.
   const int default_ctx = c.n_ctx_train > 0 ? std::min(c.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
+  const int train_ctx = c.n_ctx_train > 0 ? c.n_ctx_train : kDefaultMaxCtx;
   MemoryChoice ch;
   ch.available = facts.available();
-  const StateBytes at_default = state_bytes(c, fp.has_mtp, req.n_ctx > 0 ? req.n_ctx : default_ctx, req.n_batch);
+  const std::string kv_types = c.mla() ? std::string("f32 latent rows")
+                                        : req.type_k == req.type_v ? kv_type_name(req.type_k)
+                                                                   : kv_type_name(req.type_k) + " K, " + kv_type_name(req.type_v) + " V";
+  auto state_at = [&](int n) { return state_bytes(c, fp.has_mtp, n, req.n_batch, req.type_k, req.type_v); };
+  const StateBytes at_default = state_at(req.n_ctx > 0 ? req.n_ctx : default_ctx);
   const uint64_t weights = fp.dense_bytes + fp.expert_bytes;
   ch.resident_need = weights + at_default.total() + req.drafter_bytes;
   if (req.mem > 0 && (req.mem_auto || req.resident != ResidentMemory::automatic)) {
@@ -114,10 +121,18 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   // Resident as asked, or as chosen.
   auto resident = [&](MemoryMode mode, const std::string& why) {
     ch.mode = mode;
-    ch.n_ctx = req.n_ctx > 0 ? req.n_ctx : default_ctx;
     ch.n_ctx_chosen = req.n_ctx == 0;
-    ch.kv_bytes = state_bytes(c, fp.has_mtp, ch.n_ctx, req.n_batch).kv;
-    ch.why = strfmt("%s: %s; context %d", memory_mode_name(mode), why.c_str(), ch.n_ctx);
+    ch.n_ctx = req.n_ctx > 0 ? req.n_ctx : default_ctx;
+    if (ch.n_ctx_chosen && ch.available != UINT64_MAX) {
+      // The training context where weights, its KV cache and the rest fit beside the margin.
+      const uint64_t room = ch.available > resident_margin(weights) ? ch.available - resident_margin(weights) : 0;
+      int n = train_ctx;
+      while (n > default_ctx && weights + state_at(n).total() + req.drafter_bytes > room) n /= 2;
+      ch.n_ctx = std::max(n, default_ctx);
+    }
+    ch.kv_bytes = state_at(ch.n_ctx).kv;
+    ch.why = strfmt("%s: %s; context %d (KV cache %.2f GiB, %s)", memory_mode_name(mode), why.c_str(), ch.n_ctx,
+                    gib(ch.kv_bytes), kv_types.c_str());
     return ch;
   };
   const std::string sizes = strfmt("the model needs %.2f GiB (weights %.2f + KV cache %.2f at context %d + work "
@@ -146,7 +161,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     }
     const uint64_t kept_resident = ch.margin;
     ch.margin = streaming_margin(ch.available);
-    const uint64_t min_budget = fp.dense_bytes + state_bytes(c, fp.has_mtp, std::min(default_ctx, kMinAutoCtx), req.n_batch).total() +
+    const uint64_t min_budget = fp.dense_bytes + state_at(std::min(default_ctx, kMinAutoCtx)).total() +
                                 req.drafter_bytes + fp.min_cache_bytes();
     if (ch.available <= ch.margin || ch.available - ch.margin < min_budget) {
       throw Error(strfmt("%.2f GiB are available to this process%s, less a margin of %.2f GiB for the rest of the "
@@ -170,7 +185,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   // Streaming: the context.
   ch.mode = MemoryMode::stream;
   const uint64_t beside_kv = fp.dense_bytes + req.drafter_bytes + fp.min_cache_bytes();
-  auto kv_at = [&](int n) { return state_bytes(c, fp.has_mtp, n, req.n_batch); };
+  auto kv_at = [&](int n) { return state_at(n); };
   auto room_for_kv = [&](int n) -> int64_t {  // what the budget leaves for the KV cache at context n
     const StateBytes s = kv_at(n);
     return static_cast<int64_t>(ch.budget) - static_cast<int64_t>(beside_kv + s.recurrent + s.work + s.overhead);
@@ -194,7 +209,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   } else {
     ch.n_ctx_chosen = true;
     const int floor_ctx = std::max(std::min(default_ctx, kMinAutoCtx), std::min(default_ctx, req.min_ctx));
-    int n = default_ctx;
+    int n = train_ctx;
     // Halve while the KV cache takes more than a quarter of what is left for it and the experts.
     while (n > floor_ctx && static_cast<double>(kv_at(n).kv) > 0.25 * static_cast<double>(std::max<int64_t>(0, room_for_kv(n)))) n /= 2;
     n = std::max(n, floor_ctx);
@@ -210,9 +225,9 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     ch.n_ctx = n;
   }
   ch.kv_bytes = kv_at(ch.n_ctx).kv;
-  const std::string ctx = strfmt("context %d%s (KV cache %.2f GiB)", ch.n_ctx,
-                                 ch.n_ctx_chosen && ch.n_ctx < default_ctx ? strfmt(", of %d, to fit", default_ctx).c_str() : "",
-                                 gib(ch.kv_bytes));
+  const std::string ctx = strfmt("context %d%s (KV cache %.2f GiB, %s)", ch.n_ctx,
+                                 ch.n_ctx_chosen && ch.n_ctx < train_ctx ? strfmt(", of the trained %d, to fit", train_ctx).c_str() : "",
+                                 gib(ch.kv_bytes), kv_types.c_str());
   if (ch.budget_automatic) {
     ch.why += "; " + ctx + " (-c sets it)";
   } else {
