@@ -10,6 +10,7 @@
 #include "les/model/attention_core.h"
 #include "les/model/context.h"
 #include "les/model/kv_cache.h"
+#include "les/model/kv_quantize.h"
 #include "les/quant/kernels.h"
 #include "les/sched/budget.h"
 #include "les/util/error.h"
@@ -59,7 +60,7 @@ TEST(KvCacheTypes, RowsAreConvertedOnWrite) {
     for (int i = 0; i < 3; ++i) {
       if (t == Type::F16 || t == Type::BF16 || t == Type::Q8_0) {
         kernels().quantize[static_cast<uint32_t>(t)](x.data() + i * width, want.data(), width);
-      } else {
+      } else if (!kv_quantize_simple(t, x.data() + i * width, want.data(), width)) {
         quantize_row_ref(t, x.data() + i * width, want.data(), width);
       }
       EXPECT_EQ(0, std::memcmp(want.data(), rows.row(1, 2 + i), want.size())) << type_name(t) << " row " << i;
@@ -68,6 +69,45 @@ TEST(KvCacheTypes, RowsAreConvertedOnWrite) {
     const std::vector<uint8_t> zero(rows.row_bytes(), 0);
     EXPECT_EQ(0, std::memcmp(zero.data(), rows.row(0, 2), zero.size()));
   }
+}
+
+// llama.cpp's simple rule for the 4- and 5-bit cache types: the scale from the block's extreme
+// values; every value within half a step of its dequantization (one step where the top level is
+// clamped), the extreme value itself exact up to the fp16 scale.
+TEST(KvCacheTypes, SimpleBlockQuantizersRoundToTheNearestLevel) {
+  const std::vector<float> x = random_rows(32 * 64, 31, 2.0f);
+  for (Type t : {Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1}) {
+    std::vector<uint8_t> y(row_bytes(t, 32 * 64));
+    ASSERT_TRUE(kv_quantize_simple(t, x.data(), y.data(), 32 * 64));
+    std::vector<float> back(x.size());
+    dequantize_row(t, y.data(), back.data(), 32 * 64);
+    const bool sym = t == Type::Q4_0 || t == Type::Q5_0;
+    const int levels = (t == Type::Q4_0 || t == Type::Q4_1) ? 15 : 31;
+    for (int b = 0; b < 64; ++b) {
+      const float* xb = x.data() + 32 * b;
+      float mn = xb[0], mx = xb[0], amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        mn = std::min(mn, xb[j]);
+        mx = std::max(mx, xb[j]);
+        amax = std::max(amax, std::fabs(xb[j]));
+      }
+      const float step = sym ? amax / ((levels + 1) / 2) : (mx - mn) / levels;
+      for (int j = 0; j < 32; ++j) {
+        EXPECT_LE(std::fabs(back[32 * b + j] - xb[j]), 1.01f * step) << type_name(t) << " block " << b << " value " << j;
+      }
+    }
+  }
+  // A block whose largest magnitude is negative takes the full negative range (q4_0: -8 * d).
+  std::vector<float> blk(32, 0.25f);
+  blk[5] = -4.0f;
+  std::vector<uint8_t> y(row_bytes(Type::Q4_0, 32));
+  ASSERT_TRUE(kv_quantize_simple(Type::Q4_0, blk.data(), y.data(), 32));
+  std::vector<float> back(32);
+  dequantize_row(Type::Q4_0, y.data(), back.data(), 32);
+  EXPECT_EQ(back[5], -4.0f);
+  // d = -4 / -8 = 0.5; 0.25, half a step, rounds up: 0.25 * 2 + 8.5 = 9 -> (9 - 8) * 0.5.
+  EXPECT_EQ(back[0], 0.5f);
+  EXPECT_FALSE(kv_quantize_simple(Type::Q8_0, blk.data(), y.data(), 32));
 }
 
 struct TypedCase {

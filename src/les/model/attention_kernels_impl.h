@@ -14,7 +14,9 @@
 // GCC's note that their ABI differs without AVX-512 does not matter here. GCC gives that note at
 // the end of the translation unit: the including file is kept out of unity builds (CMakeLists.txt)
 // so that the setting stays its own.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 // GCC 12 reports the deliberately undefined source of AVX-512 conversions (_mm512_undefined_*) as
 // maybe uninitialized.

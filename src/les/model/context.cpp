@@ -471,6 +471,15 @@ void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
     }
   }
 
+  // Quantized caches hold rotated rows (kv_cache.h): queries and keys alike, values here and the
+  // output back after attention.
+  const int rot_k = kv_rotation_k(k_rows_.type(), hd), rot_v = kv_rotation_v(v_rows_.type(), hdv);
+  if (rot_k) {
+    ops::hadamard_blocks(q_.data(), int64_t(n) * nq, rot_k);
+    ops::hadamard_blocks(k_.data(), int64_t(n) * nk, rot_k);
+  }
+  if (rot_v) ops::hadamard_blocks(v_.data(), int64_t(n) * nv, rot_v);
+
   // Append to each sequence's KV cache, and attend over it.
   const int slot = kv_slot_[sz(il)];
 
@@ -484,6 +493,7 @@ void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
     causal_attention(as, q_.data() + sz(sg.begin) * sz(nq), nq, sg.ctx->k_rows_.view(slot), sg.ctx->v_rows_.view(slot),
                      sg.n, sg.pos0, att_.data() + sz(sg.begin) * sz(cfg_.n_head) * sz(hdv), pool_);
   }
+  if (rot_v) ops::hadamard_blocks(att_.data(), int64_t(n) * cfg_.n_head * hdv, rot_v);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
   if (matmul_observer_) observe(il, Product::attn_output, -1, att_.data(), n, cfg_.n_head * hdv);

@@ -62,11 +62,19 @@ void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, 
     }
   }
 
+  // Quantized caches hold rotated rows (kv_cache.h).
+  const int rot_k = kv_rotation_k(k_rows.type(), hd), rot_v = kv_rotation_v(v_rows.type(), c_.head_dim_v);
+  if (rot_k) {
+    ops::hadamard_blocks(q_.data(), int64_t(n) * nq, rot_k);
+    ops::hadamard_blocks(k_.data(), int64_t(n) * nk, rot_k);
+  }
+  if (rot_v) ops::hadamard_blocks(v_.data(), int64_t(n) * nv, rot_v);
   k_rows.write(slot, pos0, k_.data(), n);
   v_rows.write(slot, pos0, v_.data(), n);
 
   const AttentionShape as{H, Hkv, hd, c_.head_dim_v, 1.0f / std::sqrt(static_cast<float>(hd))};
   causal_attention(as, q_.data(), nq, k_rows.view(slot), v_rows.view(slot), n, pos0, att_.data(), pool);
+  if (rot_v) ops::hadamard_blocks(att_.data(), int64_t(n) * H * c_.head_dim_v, rot_v);
 
   // Output gate: a *= sigmoid(gate), gate_h laid out like a's head h.
   for (int i = 0; i < n; ++i) {

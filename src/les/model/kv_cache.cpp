@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "les/model/kv_quantize.h"
 #include "les/quant/kernels.h"
 #include "les/util/error.h"
 
@@ -38,6 +39,21 @@ Type parse_kv_type(std::string_view name, const char* flag) {
 }
 
 size_t kv_row_bytes(Type t, int64_t width) { return row_bytes(t, width); }
+
+namespace kv_cache_detail {
+bool rotated(Type t, int head_dim) {
+  return t != Type::F32 && t != Type::F16 && t != Type::BF16 && head_dim > 0 && head_dim % 64 == 0;
+}
+}  // namespace kv_cache_detail
+
+int kv_rotation_k(Type t, int head_dim) {
+  if (!kv_cache_detail::rotated(t, head_dim)) return 0;
+  int n = 64;
+  while (head_dim % (2 * n) == 0) n *= 2;
+  return n;
+}
+
+int kv_rotation_v(Type t, int head_dim) { return kv_cache_detail::rotated(t, head_dim) ? 64 : 0; }
 
 void check_kv_head_dim(Type t, int64_t head_dim, const char* what) {
   if (!is_kv_type(t)) throw Error(strfmt("%s: %s is not a KV cache type", what, type_name(t)));
@@ -80,7 +96,8 @@ void KvRows::write(int layer, int pos0, const float* rows, int n) {
   }
   const KernelTable& kt = kernels();
   // f16, bf16 and q8_0: the activation converters are llama.cpp's from_float for these types; the
-  // 4- and 5-bit types and iq4_nl: its reference quantizers (no importance).
+  // 4- and 5-bit types: its simple block quantizers (kv_quantize.h); iq4_nl: the reference
+  // quantizer without importance (a scale search, as llama.cpp's).
   const QuantizeFn q = (type_ == Type::F16 || type_ == Type::BF16 || type_ == Type::Q8_0)
                            ? kt.quantize[static_cast<uint32_t>(type_)]
                            : nullptr;
@@ -89,8 +106,8 @@ void KvRows::write(int layer, int pos0, const float* rows, int n) {
     uint8_t* y = dst + static_cast<size_t>(i) * row_bytes_;
     if (q) {
       q(x, y, width_);
-    } else {
-      quantize_row_ref(type_, x, y, width_, nullptr);
+    } else if (!kv_quantize_simple(type_, x, y, width_)) {
+      quantize_row_ref(type_, x, y, width_, nullptr);  // iq4_nl
     }
   }
 }

@@ -1,7 +1,8 @@
 // The KV cache's storage: one row per (attention layer, position) for K and for V, each of a type
 // llama.cpp's -ctk / -ctv take (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl). Rows are
 // converted when written (llama.cpp's conversions: fp16/bf16 rounded to nearest, q8_0 as its
-// activation quantizer, the other types by their reference quantizer) and read in place by the
+// activation quantizer, the 4- and 5-bit types by its simple block rule, iq4_nl by the reference
+// quantizer) and read in place by the
 // attention (attention_core.h): no dequantized copy of the cache exists.
 #pragma once
 
@@ -26,6 +27,14 @@ size_t kv_row_bytes(Type t, int64_t width);
 // Throws les::Error when rows of heads of head_dim elements cannot be stored as t (a quantized
 // type needs head_dim to be a multiple of its 32-element block: a head's values start a block).
 void check_kv_head_dim(Type t, int64_t head_dim, const char* what);
+
+// llama.cpp rotates the K and V rows it stores as a quantized type (q8_0, the 4- and 5-bit types,
+// iq4_nl; not f32/f16/bf16) by a Walsh-Hadamard transform when the head size is a multiple of 64
+// (quantization error spread evenly over a block): K, and the queries with it, in blocks of the
+// largest power of two dividing the head size; V in blocks of 64, the attention output rotated back.
+// Scores and outputs are unchanged in exact arithmetic. These return the block size, 0 for none.
+int kv_rotation_k(Type t, int head_dim);
+int kv_rotation_v(Type t, int head_dim);
 
 // Rows of one layer's K or V: position p's row at data + p * row_bytes, head h's part at
 // h * head_bytes within it.

@@ -95,6 +95,23 @@ void rope_cache(const RopeParams& p, int64_t pos, float* cache) {
   }
 }
 
+void hadamard_blocks(float* x, int64_t n, int block) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(block));
+  for (int64_t b = 0; b < n; b += block) {
+    float* v = x + b;
+    for (int j = 0; j < block; ++j) v[j] = v[j] * scale;
+    for (int len = 1; len < block; len <<= 1) {
+      for (int i = 0; i < block; i += 2 * len) {
+        for (int j = i; j < i + len; ++j) {
+          const float a = v[j], c = v[j + len];
+          v[j] = a + c;
+          v[j + len] = a - c;
+        }
+      }
+    }
+  }
+}
+
 void rope_apply(const RopeParams& p, const float* cache, float* x) {
   if (p.type == RopeType::neox || p.type == RopeType::imrope) {
     const int half = p.n_rot / 2;

@@ -41,6 +41,12 @@ void rope_cache(const RopeParams& p, int64_t pos, float* cache);
 // Applies a cache computed by rope_cache to one head vector in place.
 void rope_apply(const RopeParams& p, const float* cache, float* x);
 
+// x[0 .. n) in blocks of `block` values (a power of two dividing n), each replaced by its product
+// with the orthonormal Walsh-Hadamard matrix of that size (Sylvester's order): scaled by
+// 1/sqrt(block) first, then the butterflies (a + b, a - b) of widths 1, 2, 4, ... as ggml's fwht
+// computes them, so the results are the same floats. The matrix is its own inverse.
+void hadamard_blocks(float* x, int64_t n, int block);
+
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 // gpt-oss's clamped SwiGLU (ggml_swiglu_oai with alpha 1.702, limit 7).
