@@ -106,6 +106,15 @@ struct Server::Impl {
     }
   }
 
+  // The expert cache's figures into the metrics; only from the thread that runs generations.
+  void record_experts() {
+    if (const StreamingExperts* ex = engine.experts()) {
+      uint64_t cache_bytes = 0;
+      for (const auto& [bytes, slots] : ex->stats().slot_classes) cache_bytes += bytes * static_cast<uint64_t>(slots);
+      metrics.record_experts(ex->stats().total(), ex->stats().n_slots, cache_bytes);
+    }
+  }
+
   static void finish_link(SlotLink& link, EngineResult result, std::string error) {
     {
       std::lock_guard<std::mutex> lk(link.mu);
@@ -162,6 +171,7 @@ struct Server::Impl {
         }
         const BatchStepStats& st = batch->last_step();
         metrics.record_step(st.decode_tokens, st.prompt_tokens, batch->n_busy());
+        if (!ended.empty()) record_experts();
         for (BatchGenerator::Finished& f : ended) {
           auto it = active.find(f.id);
           if (it == active.end()) continue;
@@ -383,11 +393,7 @@ struct Server::Impl {
     rec.generation_seconds = res.stats.gen_seconds;
     rec.cancelled = cancel.load();
     metrics.record_generation(rec);
-    if (const StreamingExperts* ex = engine.experts()) {
-      uint64_t cache_bytes = 0;
-      for (const auto& [bytes, slots] : ex->stats().slot_classes) cache_bytes += bytes * static_cast<uint64_t>(slots);
-      metrics.record_experts(ex->stats().total(), ex->stats().n_slots, cache_bytes);
-    }
+    if (n_parallel == 1) record_experts();  // batched: by the stepping thread, which owns the engine
     if (cancel.load()) return;
     if (!error.empty()) {
       const ApiError err(500, "generation failed: " + error);
