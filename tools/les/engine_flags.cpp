@@ -1,6 +1,7 @@
 #include "engine_flags.h"
 
 #include "les/cache/policy.h"
+#include "les/model/kv_cache.h"
 #include "les/util/error.h"
 
 namespace les::cli {
@@ -14,9 +15,14 @@ std::vector<FlagSpec> engine_flag_specs() {
   return {
       {{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
       {{"-t", "--threads"}, true, "threads (default 2)", "N"},
-      {{"-c", "--ctx-size"}, true, "context size (default: the model's, at most 4096, halved while its KV cache would "
-                                   "take more than a quarter of what a streaming budget leaves for it)", "N"},
+      {{"-c", "--ctx-size"}, true, "context size (default: the model's trained context, halved while its KV cache "
+                                   "does not fit resident memory (down to 4096) or would take more than a quarter of "
+                                   "what a streaming budget leaves for it and the experts)", "N"},
       {{"-b", "--batch-size"}, true, "prompt tokens per forward pass (default 256)", "N"},
+      {{"-ctk", "--cache-type-k"}, true, "KV cache type of K: f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                                          "iq4_nl, or f32 (attention computed as llama.cpp does without flash "
+                                          "attention; the other types as with it)", "TYPE"},
+      {{"-ctv", "--cache-type-v"}, true, "KV cache type of V: the same types (default f16)", "TYPE"},
       {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"},
       {{"--mem"}, true, "hard memory budget, e.g. 3G: dense weights resident, experts streamed from storage "
                         "through an expert cache; auto (the default): the whole model resident when it fits in the "
@@ -84,6 +90,8 @@ EngineOptions engine_options_from(const Args& a) {
   if (o.context.n_threads < 1 || o.context.n_threads > 256) throw Error("--threads must be in [1, 256]");
   if (o.context.n_ctx < 0) throw Error("--ctx-size must be >= 0");
   if (o.context.n_batch < 1) throw Error("--batch-size must be >= 1");
+  o.context.type_k = parse_kv_type(a.str("--cache-type-k", "f16"), "--cache-type-k");
+  o.context.type_v = parse_kv_type(a.str("--cache-type-v", "f16"), "--cache-type-v");
   o.mmproj_path = a.str("--mmproj", "");
   o.image_compression = static_cast<int>(a.i64("--image-compression", 0));
   if (a.has("--image-compression") && o.mmproj_path.empty()) throw Error("--image-compression needs --mmproj");

@@ -61,6 +61,8 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     mr.n_ctx = cp.n_ctx;
     mr.n_batch = cp.n_batch;
     mr.n_parallel = opts_.n_parallel;
+    mr.type_k = cp.type_k;
+    mr.type_v = cp.type_v;
     mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
     // The vision encoder is resident beside the model, as a drafter is.
     if (!opts_.mmproj_path.empty()) {
@@ -120,10 +122,12 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     const uint64_t drafter_bytes = (drafter_ ? drafter_->resident_bytes() : 0) + vision_bytes;
     // The slot contexts beyond the first: their KV caches, recurrent state and work buffers are
     // planned as the drafter's bytes are, then counted where they belong.
-    const StateBytes per_slot = state_bytes(model_->config(), model_->weights().mtp.runnable(), cp.n_ctx, cp.n_batch);
+    const StateBytes per_slot = state_bytes(model_->config(), model_->weights().mtp.runnable(), cp.n_ctx, cp.n_batch,
+                                            cp.type_k, cp.type_v);
     const uint64_t more_slots = static_cast<uint64_t>(opts_.n_parallel - 1);
     plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot,
-                        drafter_bytes + more_slots * (per_slot.kv + per_slot.recurrent + per_slot.work));
+                        drafter_bytes + more_slots * (per_slot.kv + per_slot.recurrent + per_slot.work), cp.type_k,
+                        cp.type_v);
     plan_.drafter = drafter_bytes;
     plan_.kv += more_slots * per_slot.kv;
     plan_.recurrent += more_slots * per_slot.recurrent;
@@ -134,7 +138,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     if (drafter_ && drafter_bytes > vision_bytes && opts_.depth.adaptive) {
       // The drafter's share of the cache is withheld (never touched) rather than missing: when the
       // depth controller gives speculation up, the drafter is freed and the slots go in use.
-      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, vision_bytes).cache;
+      so.cache_bytes = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, vision_bytes, cp.type_k, cp.type_v).cache;
       so.withheld_bytes = so.cache_bytes - plan_.cache;
     }
     if (opts_.probe_io || so.read_chunk_auto) {

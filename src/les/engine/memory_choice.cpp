@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "les/model/kv_cache.h"
 #include "les/pack/pack_format.h"
 #include "les/sched/budget.h"
 #include "les/storage/io.h"
@@ -110,11 +111,18 @@ uint64_t resident_margin(uint64_t weight_bytes) { return kGiB + weight_bytes / 1
 
 MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, const MemoryFacts& facts) {
   const ModelConfig& c = fp.config;
+  // The resident rule's context floor; the training context is where the choice starts.
   const int default_ctx = c.n_ctx_train > 0 ? std::min(c.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
+  const int train_ctx = c.n_ctx_train > 0 ? c.n_ctx_train : kDefaultMaxCtx;
   MemoryChoice ch;
   ch.available = facts.available();
+  const std::string kv_types = c.mla() ? std::string("f32 latent rows")
+                                        : req.type_k == req.type_v ? kv_type_name(req.type_k)
+                                                                   : kv_type_name(req.type_k) + " K, " + kv_type_name(req.type_v) + " V";
   const int n_par = std::max(1, req.n_parallel);
-  const auto state_at = [&](int n) { return state_of_contexts(state_bytes(c, fp.has_mtp, n, req.n_batch), n_par); };
+  auto state_at = [&](int n) {
+    return state_of_contexts(state_bytes(c, fp.has_mtp, n, req.n_batch, req.type_k, req.type_v), n_par);
+  };
   const StateBytes at_default = state_at(req.n_ctx > 0 ? req.n_ctx : default_ctx);
   // How the KV cache is named in messages: one, or one per serving slot.
   const std::string kv_name = n_par > 1 ? strfmt("KV caches of %d slots", n_par) : std::string("KV cache");
@@ -127,11 +135,19 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   // Resident as asked, or as chosen.
   auto resident = [&](MemoryMode mode, const std::string& why) {
     ch.mode = mode;
-    ch.n_ctx = req.n_ctx > 0 ? req.n_ctx : default_ctx;
     ch.n_ctx_chosen = req.n_ctx == 0;
+    ch.n_ctx = req.n_ctx > 0 ? req.n_ctx : default_ctx;
+    if (ch.n_ctx_chosen && ch.available != UINT64_MAX) {
+      // The training context where weights, its KV cache and the rest fit beside the margin.
+      const uint64_t room = ch.available > resident_margin(weights) ? ch.available - resident_margin(weights) : 0;
+      int n = train_ctx;
+      while (n > default_ctx && weights + state_at(n).total() + req.drafter_bytes > room) n /= 2;
+      ch.n_ctx = std::max(n, default_ctx);
+    }
     ch.kv_bytes = state_at(ch.n_ctx).kv;
-    ch.why = strfmt("%s: %s; context %d%s", memory_mode_name(mode), why.c_str(), ch.n_ctx,
-                    n_par > 1 ? strfmt(" in each of %d slots", n_par).c_str() : "");
+    ch.why = strfmt("%s: %s; context %d%s (%s %.2f GiB, %s)", memory_mode_name(mode), why.c_str(), ch.n_ctx,
+                    n_par > 1 ? strfmt(" in each of %d slots", n_par).c_str() : "", kv_name.c_str(), gib(ch.kv_bytes),
+                    kv_types.c_str());
     return ch;
   };
   const std::string sizes = strfmt("the model needs %.2f GiB (weights %.2f + %s %.2f at context %d + work "
@@ -208,7 +224,7 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   } else {
     ch.n_ctx_chosen = true;
     const int floor_ctx = std::max(std::min(default_ctx, kMinAutoCtx), std::min(default_ctx, req.min_ctx));
-    int n = default_ctx;
+    int n = train_ctx;
     // Halve while the KV cache takes more than a quarter of what is left for it and the experts.
     while (n > floor_ctx && static_cast<double>(kv_at(n).kv) > 0.25 * static_cast<double>(std::max<int64_t>(0, room_for_kv(n)))) n /= 2;
     n = std::max(n, floor_ctx);
@@ -224,9 +240,9 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     ch.n_ctx = n;
   }
   ch.kv_bytes = kv_at(ch.n_ctx).kv;
-  const std::string ctx = strfmt("context %d%s (%s %.2f GiB)", ch.n_ctx,
-                                 ch.n_ctx_chosen && ch.n_ctx < default_ctx ? strfmt(", of %d, to fit", default_ctx).c_str() : "",
-                                 kv_name.c_str(), gib(ch.kv_bytes));
+  const std::string ctx = strfmt("context %d%s (%s %.2f GiB, %s)", ch.n_ctx,
+                                 ch.n_ctx_chosen && ch.n_ctx < train_ctx ? strfmt(", of the trained %d, to fit", train_ctx).c_str() : "",
+                                 kv_name.c_str(), gib(ch.kv_bytes), kv_types.c_str());
   if (ch.budget_automatic) {
     ch.why += "; " + ctx + " (-c sets it)";
   } else {

@@ -52,6 +52,7 @@ struct MemoryRequest {
   // Contexts served together (--parallel): each has its own KV cache, recurrent state and work
   // buffers, all counted.
   int n_parallel = 1;
+  Type type_k = Type::F32, type_v = Type::F32;  // KV cache types (-ctk / -ctv)
   uint64_t drafter_bytes = 0;  // a speculative drafter's resident bytes (it shares the budget)
   // What drafter_bytes holds, as messages name it ("drafter", "vision encoder", ...).
   std::string drafter_label = "drafter";
@@ -93,9 +94,15 @@ uint64_t resident_margin(uint64_t weight_bytes);
 //     not fit streams with an automatic budget, the available memory less the streaming margin;
 //     a dense model (nothing to stream) is mapped.
 // Context: -c as given (an error giving the numbers when its KV cache does not fit the budget),
-// else the model's training context, at most 4096, halved while the KV cache takes more than a
-// quarter of what the budget leaves after the dense weights, the work buffers, the overhead and
-// the smallest expert cache; at least 256 positions (or the training context if smaller).
+// else the model's training context where it fits:
+//  - streaming: the training context, halved while the KV cache (of the chosen types) takes more
+//    than a quarter of what the budget leaves after the dense weights, the work buffers, the
+//    overhead and the smallest expert cache (so that at least three quarters of that stay for
+//    experts); at least 256 positions (or the training context if smaller);
+//  - resident: the training context, halved while weights + KV cache + work buffers + overhead do
+//    not fit the available memory less the resident margin, down to 4096 (the model is resident
+//    when it fits at that context, else it streams as above); with the available memory unknown,
+//    at most 4096.
 // Throws les::Error, naming the minimum budget and its parts, when a budget cannot hold it.
 MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, const MemoryFacts& facts);
 

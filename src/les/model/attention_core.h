@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "les/model/kv_cache.h"
 #include "les/util/thread_pool.h"
 
 namespace les {
@@ -20,11 +21,29 @@ struct AttentionShape {
   int window = 0;
 };
 
-// q: n query rows, head h of token i at q + i * q_stride + h * head_dim_k.
-// k_cache/v_cache: rows of n_head_kv * head_dim_k / head_dim_v floats for positions 0 .. pos0 + n - 1;
-// token i (position pos0 + i) attends to positions 0 .. pos0 + i (the last `window` of them with
-// a window).
-// out: [n][n_head * head_dim_v]. One (token, head) pair per task: thread-count independent.
+// q: n query rows, head h of token i at q + i * q_stride + h * head_dim_k (floats).
+// k, v: the cache rows of positions 0 .. pos0 + n - 1; token i (position pos0 + i) attends to
+// positions 0 .. pos0 + i (the last `window` of them with a window).
+// out: [n][n_head * head_dim_v].
+//
+// An f32 cache (both K and V f32) is computed as llama.cpp computes attention without flash
+// attention: scores by the F32 product, one softmax over the row (sum in double), values summed
+// in position order.
+// Any other cache is computed as llama.cpp's flash attention computes it: each query head is
+// converted to K's activation type (q8_0 for q8_0/q4_0/q5_0/iq4_nl keys, q8_1 for q4_1/q5_1, f16,
+// bf16) and multiplied with the keys in place by the K type's dot product; V rows are converted to
+// float as they are read. The visible positions are cut at fixed multiples of kAttnChunk; each
+// piece gives its maximum, sum and weighted values, and the pieces combine in position order.
+// Results depend only on the inputs (not on n, pos0 beyond the token's position, or the thread
+// count): a token's attention is bit-identical however it was batched. All query heads of a KV head
+// read each K and V row once.
+void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride, const KvView& k, const KvView& v,
+                      int n, int pos0, float* out, ThreadPool& pool);
+
+inline constexpr int kAttnChunk = 256;
+
+// Float rows (tests, f32 caches held as plain arrays): rows of n_head_kv * head_dim_k /
+// head_dim_v floats.
 void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride, const float* k_cache,
                       const float* v_cache, int n, int pos0, float* out, ThreadPool& pool);
 

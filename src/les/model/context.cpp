@@ -14,14 +14,6 @@
 
 namespace les {
 
-void KvBuffer::allocate(size_t n_floats) {
-  n_ = n_floats;
-  buf_ = storage::AlignedBuffer(std::max<size_t>(n_floats, 1) * sizeof(float), 64);
-  // A large buffer is a fresh anonymous mapping (zeros, faulted in on first write); a small one
-  // comes from the allocator and is zeroed here.
-  if (buf_.capacity() < storage::AlignedBuffer::kHugeBufferBytes) std::memset(buf_.data(), 0, buf_.capacity());
-}
-
 Context::Context(const Model& model, const ContextParams& p, ExpertSource* experts)
     : model_(model), cfg_(model.config()), experts_(experts), pool_(std::max(1, p.n_threads)) {
   if (!experts_) {
@@ -42,19 +34,20 @@ Context::Context(const Model& model, const ContextParams& p, ExpertSource* exper
     kv_slot_.push_back(n_kv_layers++);
     rec_slot_.push_back(-1);
   }
-  // KV cache: n_kv_layers x n_ctx x (n_kv_k + n_kv_v) floats (MLA: the compressed rows only); a
-  // size that overflows or cannot be allocated is an error naming the context size, not std::bad_alloc.
-  size_t kv_floats = 0;
-  if (__builtin_mul_overflow(sz(n_kv_layers) * sz(n_ctx_), sz(cfg_.kv_floats_per_pos()), &kv_floats) ||
-      kv_floats > (size_t(1) << 60) / sizeof(float)) {
-    throw Error(strfmt("a context of %d positions needs a KV cache larger than 2^60 bytes (lower the context size)", n_ctx_));
-  }
-  try {
-    k_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.n_kv_k()));
-    v_cache_.allocate(sz(n_kv_layers) * sz(n_ctx_) * sz(cfg_.kv_floats_per_pos() - cfg_.n_kv_k()));
-  } catch (const std::exception&) {  // std::bad_alloc, or les::Error from a failed mapping
-    throw Error(strfmt("cannot allocate the KV cache: %.1f MiB for a context of %d positions (lower the context size)",
-                       static_cast<double>(kv_floats) * sizeof(float) / (1 << 20), n_ctx_));
+  // KV cache: n_kv_layers x n_ctx rows of K and V (MLA: the compressed f32 rows only); a size that
+  // overflows or cannot be allocated is an error naming the context size, not std::bad_alloc.
+  if (cfg_.mla()) {
+    k_rows_.allocate(n_kv_layers, n_ctx_, cfg_.kv_floats_per_pos(), cfg_.kv_floats_per_pos(), Type::F32);
+    v_rows_.allocate(0, n_ctx_, 0, 0, Type::F32);
+  } else {
+    check_kv_head_dim(p.type_k, cfg_.head_dim_k, "KV cache type of K");
+    check_kv_head_dim(p.type_v, cfg_.head_dim_v, "KV cache type of V");
+    if ((p.type_k != Type::F32 || p.type_v != Type::F32) && cfg_.head_dim_v % 16 != 0) {
+      throw Error(strfmt("KV cache types other than f32 need value heads of a multiple of 16 values; this model's have %d",
+                         cfg_.head_dim_v));
+    }
+    k_rows_.allocate(n_kv_layers, n_ctx_, cfg_.n_kv_k(), cfg_.head_dim_k, p.type_k);
+    v_rows_.allocate(n_kv_layers, n_ctx_, cfg_.n_kv_v(), cfg_.head_dim_v, p.type_v);
   }
   tokens_.assign(sz(n_ctx_), 0);
   embd_row_.assign(sz(n_ctx_), -1);
@@ -76,7 +69,7 @@ void Context::set_matmul_observer(MatmulInputObserver obs) {
 }
 
 uint64_t Context::state_bytes() const {
-  const uint64_t kv = (k_cache_.size() + v_cache_.size()) * sizeof(float);
+  const uint64_t kv = k_rows_.bytes() + v_rows_.bytes();
   const uint64_t work = (h_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + att_.size() + tmp_.size() +
                          router_logits_.size() + logits_.size() + expert_out_.size() + ex_in_.size() +
                          ex_g_.size() + ex_u_.size() + ex_y_.size()) * sizeof(float);
@@ -384,16 +377,15 @@ void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   }
 
   // Append to the KV cache.
-  float* kc = k_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(nk);
-  float* vc = v_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(nv);
-  std::memcpy(kc + sz(pos0) * sz(nk), k_.data(), sz(n) * sz(nk) * sizeof(float));
-  std::memcpy(vc + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
+  const int slot = kv_slot_[sz(il)];
+  k_rows_.write(slot, pos0, k_.data(), n);
+  v_rows_.write(slot, pos0, v_.data(), n);
 
   // Causal attention, one (token, head) pair per task.
   AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
   as.sinks = L.attn_sinks.data;
   as.window = cfg_.is_swa(il) ? cfg_.n_swa : 0;
-  causal_attention(as, q_.data(), nq, kc, vc, n, pos0, att_.data(), pool_);
+  causal_attention(as, q_.data(), nq, k_rows_.view(slot), v_rows_.view(slot), n, pos0, att_.data(), pool_);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
   if (matmul_observer_) observe(il, Product::attn_output, -1, att_.data(), n, cfg_.n_head * hdv);
@@ -421,13 +413,11 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
   if (rec_slot_[sz(il)] >= 0) {
     delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_, tp);
   } else if (mla_) {
-    float* cache = k_cache_.data() + sz(kv_slot_[sz(il)]) * sz(n_ctx_) * sz(cfg_.n_kv_k());
+    float* cache = reinterpret_cast<float*>(k_rows_.row(kv_slot_[sz(il)], 0));
     mla_->forward(L, xn_.data(), n, pos0, cache, tmp_.data(), pool_, tp);
   } else {
-    const size_t slot = sz(kv_slot_[sz(il)]);
-    float* kc = k_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_k());
-    float* vc = v_cache_.data() + slot * sz(n_ctx_) * sz(cfg_.n_kv_v());
-    gated_attn_->forward(L, xn_.data(), n, pos0, kc, vc, tmp_.data(), pool_, tp);
+    const int slot = kv_slot_[sz(il)];
+    gated_attn_->forward(L, xn_.data(), n, pos0, k_rows_, v_rows_, slot, tmp_.data(), pool_, tp);
   }
   if (observer_) observer_(il, "mixer_out", tmp_.data(), n, E);
   for (int i = 0; i < n; ++i) {

@@ -11,6 +11,7 @@
 #include "les/model/delta_net.h"
 #include "les/model/expert_source.h"
 #include "les/model/gated_attention.h"
+#include "les/model/kv_cache.h"
 #include "les/model/matmul.h"
 #include "les/model/mla_attention.h"
 #include "les/model/model.h"
@@ -22,6 +23,10 @@ namespace les {
 struct ContextParams {
   int n_ctx = 0;      // 0: the model's training context, capped at 4096
   int n_threads = 1;
+  // KV cache types (kv_cache.h). f32 (the default here) computes attention as llama.cpp does
+  // without flash attention; any other type as its flash attention does (attention_core.h).
+  // Multi-head latent attention (deepseek2) keeps its compressed rows in f32 whatever these say.
+  Type type_k = Type::F32, type_v = Type::F32;
   int n_batch = 256;  // tokens evaluated per forward pass during prefill
   // Gated DeltaNet layers: chunked form of the delta rule for multi-token batches (equal up to
   // rounding; the default token-by-token recurrence is what llama.cpp's CPU backend runs).
@@ -45,18 +50,6 @@ using RoutingObserver = std::function<void(int layer, int64_t n_tok, const int32
 // rows routed to it. Called on the thread that called eval / mtp_eval; x is valid during the call.
 using MatmulInputObserver =
     std::function<void(const std::string& tensor, int expert, const float* x, int64_t n_rows, int64_t n_in)>;
-
-// A zero-filled float array on storage::AlignedBuffer (lazily faulted in when large).
-class KvBuffer {
- public:
-  void allocate(size_t n_floats);
-  float* data() { return reinterpret_cast<float*>(buf_.data()); }
-  size_t size() const { return n_; }
-
- private:
-  storage::AlignedBuffer buf_;
-  size_t n_ = 0;
-};
 
 class Context {
  public:
@@ -111,6 +104,8 @@ class Context {
   // The tokens at positions [0, n_past()) (kEmbeddingRow where an embedding row was evaluated).
   std::span<const int32_t> tokens() const { return {tokens_.data(), static_cast<size_t>(n_past_)}; }
   int n_ctx() const { return n_ctx_; }
+  Type type_k() const { return k_rows_.type(); }
+  Type type_v() const { return v_rows_.type(); }
   // The input row evaluated at position pos (< n_past()) when it was an embedding row, else null.
   const float* embedding_row(int pos) const {
     return pos >= 0 && pos < n_past_ && embd_row_[static_cast<size_t>(pos)] >= 0
@@ -179,11 +174,9 @@ class Context {
   int n_past_ = 0;
   int n_outputs_ = 0;
 
-  // [n_attention_layers][n_ctx][n_kv_k|n_kv_v], zeros (MLA: k_cache_ holds the compressed rows,
-  // v_cache_ is empty). Large ones are anonymous mappings whose
-  // pages are taken as positions are written (a 4096-token cache of a 48-layer model is 768 MiB:
-  // touching it all up front cost seconds of page faults before the first token).
-  KvBuffer k_cache_, v_cache_;
+  // [n_attention_layers][n_ctx] rows of n_kv_k / n_kv_v values (MLA: k_rows_ holds the compressed
+  // f32 rows, v_rows_ is empty).
+  KvRows k_rows_, v_rows_;
   std::vector<int> kv_slot_;   // [n_layer]: KV cache slot of an attention layer, -1 for recurrent
   std::vector<int> rec_slot_;  // [n_layer]: recurrent state slot of a DeltaNet layer, else -1
   std::vector<int32_t> tokens_;  // [n_ctx]: the evaluated tokens (replayed by rollback)

@@ -15,8 +15,8 @@ uint64_t GatedAttentionMixer::bytes() const {
          acts_.buf.size();
 }
 
-void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, int pos0, float* k_cache,
-                                  float* v_cache, float* out, ThreadPool& pool, const ProductTap* tap) {
+void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, int pos0, KvRows& k_rows,
+                                  KvRows& v_rows, int slot, float* out, ThreadPool& pool, const ProductTap* tap) {
   const int64_t E = c_.n_embd;
   const int hd = c_.head_dim_k, H = c_.n_head, Hkv = c_.n_head_kv;
   const int64_t nq = c_.n_q(), nk = c_.n_kv_k(), nv = c_.n_kv_v();
@@ -62,11 +62,11 @@ void GatedAttentionMixer::forward(const LayerWeights& L, const float* x, int n, 
     }
   }
 
-  std::memcpy(k_cache + sz(pos0) * sz(nk), k_.data(), sz(n) * sz(nk) * sizeof(float));
-  std::memcpy(v_cache + sz(pos0) * sz(nv), v_.data(), sz(n) * sz(nv) * sizeof(float));
+  k_rows.write(slot, pos0, k_.data(), n);
+  v_rows.write(slot, pos0, v_.data(), n);
 
   const AttentionShape as{H, Hkv, hd, c_.head_dim_v, 1.0f / std::sqrt(static_cast<float>(hd))};
-  causal_attention(as, q_.data(), nq, k_cache, v_cache, n, pos0, att_.data(), pool);
+  causal_attention(as, q_.data(), nq, k_rows.view(slot), v_rows.view(slot), n, pos0, att_.data(), pool);
 
   // Output gate: a *= sigmoid(gate), gate_h laid out like a's head h.
   for (int i = 0; i < n; ++i) {

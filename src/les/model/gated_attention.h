@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "les/model/config.h"
+#include "les/model/kv_cache.h"
 #include "les/model/matmul.h"
 #include "les/model/product_names.h"
 #include "les/model/weights.h"
@@ -21,11 +22,11 @@ class GatedAttentionMixer {
  public:
   explicit GatedAttentionMixer(const ModelConfig& c) : c_(c) {}
 
-  // x: n normed input rows [n][n_embd] at positions pos0..; k_cache/v_cache: this layer's cache
-  // rows [n_ctx][n_kv_k | n_kv_v] (rows pos0 .. pos0 + n - 1 are written); out: [n][n_embd].
+  // x: n normed input rows [n][n_embd] at positions pos0..; k_rows/v_rows: the KV cache, layer
+  // `slot` of it this layer's (rows pos0 .. pos0 + n - 1 are written); out: [n][n_embd].
   // tap (may be null) sees the input rows of each projection, on the calling thread.
-  void forward(const LayerWeights& L, const float* x, int n, int pos0, float* k_cache, float* v_cache, float* out,
-               ThreadPool& pool, const ProductTap* tap = nullptr);
+  void forward(const LayerWeights& L, const float* x, int n, int pos0, KvRows& k_rows, KvRows& v_rows, int slot,
+               float* out, ThreadPool& pool, const ProductTap* tap = nullptr);
 
   uint64_t bytes() const;
 

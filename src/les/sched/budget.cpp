@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "les/model/kv_cache.h"
 #include "les/model/delta_net.h"
 #include "les/sched/streaming_experts.h"
 #include "les/util/error.h"
@@ -24,11 +25,15 @@ std::string BudgetPlan::describe() const {
                 static_cast<unsigned long long>(n_slots), one_size ? "" : "up to ", mib(slot_bytes));
 }
 
-StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch) {
+uint64_t kv_bytes_per_position(const ModelConfig& c, bool with_mtp, Type type_k, Type type_v) {
+  const uint64_t n_kv_layers = static_cast<uint64_t>(c.n_layer - c.n_recurrent() + (with_mtp ? 1 : 0));
+  if (c.mla()) return n_kv_layers * static_cast<uint64_t>(c.kv_floats_per_pos()) * sizeof(float);
+  return n_kv_layers * (kv_row_bytes(type_k, c.n_kv_k()) + kv_row_bytes(type_v, c.n_kv_v()));
+}
+
+StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch, Type type_k, Type type_v) {
   StateBytes s;
-  const int n_kv_layers = c.n_layer - c.n_recurrent() + (with_mtp ? 1 : 0);
-  s.kv = static_cast<uint64_t>(n_kv_layers) * static_cast<uint64_t>(n_ctx) *
-         static_cast<uint64_t>(c.kv_floats_per_pos()) * sizeof(float);
+  s.kv = static_cast<uint64_t>(n_ctx) * kv_bytes_per_position(c, with_mtp, type_k, type_v);
   s.recurrent = c.n_recurrent() > 0 ? RecurrentState::bytes_for(c) : 0;
   // Per batch token: residual, norm, q/k/v, attention output, router logits, K expert outputs,
   // expert intermediates; plus the output logits of one row.
@@ -44,13 +49,14 @@ StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_bat
 }
 
 BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
-                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes) {
+                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes, Type type_k,
+                       Type type_v) {
   const ModelConfig& c = model.config();
   LES_ASSERT(!layer_slot_bytes.empty());
   BudgetPlan p;
   p.total = mem_bytes;
   p.dense = model.dense_bytes();
-  const StateBytes st = state_bytes(c, model.weights().mtp.runnable(), n_ctx, n_batch);
+  const StateBytes st = state_bytes(c, model.weights().mtp.runnable(), n_ctx, n_batch, type_k, type_v);
   p.kv = st.kv;
   p.recurrent = st.recurrent;
   p.work = st.work;
@@ -86,10 +92,10 @@ BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_
 }
 
 BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
-                       uint64_t drafter_bytes) {
+                       uint64_t drafter_bytes, Type type_k, Type type_v) {
   const int n_layers = std::max(1, model.config().n_layer);
   return plan_budget(model, mem_bytes, n_ctx, n_batch, std::vector<uint64_t>(static_cast<size_t>(n_layers), slot_bytes),
-                     drafter_bytes);
+                     drafter_bytes, type_k, type_v);
 }
 
 uint64_t peak_rss_bytes() {

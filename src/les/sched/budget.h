@@ -33,19 +33,24 @@ struct StateBytes {
   uint64_t kv = 0, recurrent = 0, work = 0, overhead = 0;
   uint64_t total() const { return kv + recurrent + work + overhead; }
 };
-StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch);
+// type_k / type_v: the KV cache types (kv_cache.h; multi-head latent attention counts f32 rows).
+StateBytes state_bytes(const ModelConfig& c, bool with_mtp, int n_ctx, int n_batch, Type type_k = Type::F32,
+                       Type type_v = Type::F32);
+// Bytes of the KV cache of one position (every attention layer, the MTP block's when with_mtp).
+uint64_t kv_bytes_per_position(const ModelConfig& c, bool with_mtp, Type type_k, Type type_v);
 
 // Throws les::Error stating the minimum budget if dense + state + the minimal expert cache
 // (n_expert_used slots of each slot size: plan_slot_classes) do not fit. layer_slot_bytes: the
 // expert slot size of every expert layer (StreamingExperts::layer_slot_bytes_for); cache and
 // n_slots are then what the slot pools of that cache hold (never more slots than experts: a budget
 // beyond dense + state + every expert leaves the rest unused). drafter_bytes: what a speculative
-// drafter keeps resident.
+// drafter keeps resident. type_k / type_v: the KV cache types.
 BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch,
-                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes = 0);
+                       const std::vector<uint64_t>& layer_slot_bytes, uint64_t drafter_bytes = 0,
+                       Type type_k = Type::F32, Type type_v = Type::F32);
 // The same with one slot size for every expert layer.
 BudgetPlan plan_budget(const Model& model, uint64_t mem_bytes, int n_ctx, int n_batch, uint64_t slot_bytes,
-                       uint64_t drafter_bytes = 0);
+                       uint64_t drafter_bytes = 0, Type type_k = Type::F32, Type type_v = Type::F32);
 
 // Peak resident set size of this process so far (bytes).
 uint64_t peak_rss_bytes();
