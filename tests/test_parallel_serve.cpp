@@ -308,7 +308,7 @@ TEST(ParallelServe, BadRequestsAndOptions) {
     EXPECT_NE(std::string(err.what()).find("--parallel"), std::string::npos) << err.what();
   }
   o = tiny_options(0);
-  EXPECT_THROW(Engine zero(o), Error);
+  EXPECT_THROW({ Engine zero(o); }, Error);
 }
 
 TEST(ParallelServe, TheBudgetCountsOneKvCachePerSlot) {
