@@ -178,7 +178,8 @@ class Engine {
   // observers (les trace); generate() rolls it back as it needs.
   Context& context() { return *ctx_; }
   const EngineOptions& options() const { return opts_; }
-  // The slot contexts of batched serving (EngineOptions::n_parallel); slot 0 is context().
+  // The slot contexts of batched serving (EngineOptions::n_parallel); slot 0 is context(), so
+  // generate() must not run while a BatchGenerator over this engine has requests.
   int n_parallel() const { return 1 + static_cast<int>(slot_ctx_.size()); }
   Context& slot_context(int i) { return i == 0 ? *ctx_ : *slot_ctx_.at(static_cast<size_t>(i - 1)); }
 
