@@ -8,8 +8,15 @@
 // read = into huge pages, map = mmap; default: the automatic choice); with both, les runs every
 // ISA once per mode (one model loaded per mode), interleaved, the first mode's first ISA compared.
 //
+// --ctk/--ctv set les's KV cache types (default f32, as the llama.cpp reference runs: F32 cache,
+// no flash attention; any other type runs llama.cpp with that type and flash attention on).
+// --depth D measures decode at context depth D: after the prompt, the KV cache is filled to D
+// positions by repeating the prompt's rows (Context::repeat_positions; decode speed does not
+// depend on what the rows hold), then n tokens are decoded (les only: llama.cpp's side is
+// tools/llamacpp-depth).
+//
 //   bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp]
-//                  [--memory read,map] [--json FILE]
+//                  [--memory read,map] [--ctk T] [--ctv T] [--depth D] [--json FILE]
 #include <algorithm>
 #include <memory>
 #include <cstdio>
@@ -22,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "les/model/context.h"
+#include "les/model/kv_cache.h"
 #include "les/quant/kernels.h"
 #include "les/util/clock.h"
 #include "les/util/error.h"
@@ -47,7 +55,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string model_path, json_out;
-  int threads = 2, n_prompt = 128, n_gen = 64, reps = 5, rounds = 1;
+  int threads = 2, n_prompt = 128, n_gen = 64, reps = 5, rounds = 1, depth = 0;
+  Type type_k = Type::F32, type_v = Type::F32;
   bool run_llamacpp = true;
   std::vector<Isa> isas;
   std::vector<ResidentMemory> memories;
@@ -62,6 +71,15 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") rounds = std::max(1, std::stoi(val()));
     else if (k == "--no-llamacpp") run_llamacpp = false;
     else if (k == "--json") json_out = val();
+    else if (k == "--depth") depth = std::stoi(val());
+    else if (k == "--ctk" || k == "--ctv") {
+      try {
+        (k == "--ctk" ? type_k : type_v) = parse_kv_type(val(), k.c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_resident: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (k == "--memory") {
       std::stringstream ss(val());
       std::string name;
@@ -87,7 +105,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_resident -m MODEL [-t 2] [-p 128] [-n 64] [--reps 5] [--rounds 1] [--isa avx512,avx2] [--no-llamacpp] [--memory read,map] "
-                   "[--json FILE]\n");
+                   "[--ctk T] [--ctv T] [--depth D] [--json FILE]\n");
       return 2;
     }
   }
@@ -95,6 +113,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_resident: -m MODEL is required\n");
     return 2;
   }
+  if (depth > 0 && depth <= n_prompt) {
+    std::fprintf(stderr, "bench_resident: --depth must be more than the prompt (-p %d)\n", n_prompt);
+    return 2;
+  }
+  if (depth > 0) run_llamacpp = false;  // llama.cpp at depth: tools/llamacpp-depth
   try {
     if (memories.empty()) memories.push_back(ResidentMemory::automatic);
     std::vector<std::unique_ptr<Model>> models;
@@ -123,10 +146,13 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps + 1; ++r) {
         for (size_t k = 0; k < n_var; ++k) {
           set_active_isa(isas[k % isas.size()]);
-          Context ctx(*models[k / isas.size()], ContextParams{.n_ctx = n_prompt + n_gen + 8, .n_threads = threads, .n_batch = n_prompt});
+          Context ctx(*models[k / isas.size()], ContextParams{.n_ctx = std::max(n_prompt, depth) + n_gen + 8,
+                                                              .n_threads = threads, .n_batch = n_prompt,
+                                                              .type_k = type_k, .type_v = type_v});
           double t0 = now_s();
           ctx.eval(prompt, false);
           const double tp = now_s() - t0;
+          if (depth > 0) ctx.repeat_positions(depth);
           t0 = now_s();
           for (int i = 0; i < n_gen; ++i) {
             const float* lg = ctx.last_logits();
@@ -144,6 +170,9 @@ int main(int argc, char** argv) {
         llama_cmd = std::string("node ") + LES_BENCH_SOURCE_DIR + "/tools/llamacpp-ref/bench.mjs --model '" + model_path +
                     "' --threads " + std::to_string(threads) + " -n " + std::to_string(n_gen) + " --prompt-tokens " +
                     std::to_string(n_prompt) + " --repeats " + std::to_string(reps) + " --json " + tmp +
+                    (type_k != Type::F32 || type_v != Type::F32
+                         ? " --cache-type-k " + kv_type_name(type_k) + " --cache-type-v " + kv_type_name(type_v)
+                         : std::string()) +
                     " > /dev/null 2>&1";
         if (std::system(llama_cmd.c_str()) == 0) {
           std::ifstream f(tmp);
@@ -157,9 +186,10 @@ int main(int argc, char** argv) {
     }
     const double active = static_cast<double>(m->dense_bytes()) +
                           static_cast<double>(c.n_expert_used) * static_cast<double>(m->expert_size(0)) * c.n_layer;
-    std::printf("model %s (%s), %d threads, prompt %d, decode %d, %d reps x %d rounds, load average %s -> %s\n",
-                model_path.c_str(), c.arch_str.c_str(), threads, n_prompt, n_gen, reps, rounds, load_before.c_str(),
-                load_average().c_str());
+    std::printf("model %s (%s), %d threads, prompt %d, decode %d%s, KV %s/%s, %d reps x %d rounds, load average %s -> %s\n",
+                model_path.c_str(), c.arch_str.c_str(), threads, n_prompt, n_gen,
+                depth > 0 ? (" at depth " + std::to_string(depth)).c_str() : "", kv_type_name(type_k).c_str(),
+                kv_type_name(type_v).c_str(), reps, rounds, load_before.c_str(), load_average().c_str());
     for (size_t k = 0; k < n_var; ++k) {
       const char* mem = models.size() > 1 ? resident_memory_name(models[k / isas.size()]->resident_memory()) : "";
       std::printf("les %-8s%-5s prefill %8.2f tok/s   decode %7.2f tok/s   (%.1f GB/s of weights touched per decoded token)\n",
@@ -167,7 +197,8 @@ int main(int argc, char** argv) {
     }
     const double les_pre = median(pre[0]), les_dec = median(dec[0]);
     nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"prompt", n_prompt}, {"decode", n_gen},
-                          {"rounds", rounds}, {"isa", isa_name(isas[0])},
+                          {"rounds", rounds}, {"isa", isa_name(isas[0])}, {"depth", depth},
+                          {"cache_type_k", kv_type_name(type_k)}, {"cache_type_v", kv_type_name(type_v)},
                           {"memory", resident_memory_name(m->resident_memory())}, {"les_prefill_tok_s", les_pre},
                           {"les_decode_tok_s", les_dec}, {"active_bytes_per_token", active}};
     if (run_llamacpp && !llama_failed && !ll_pre.empty() && !ll_dec.empty()) {

@@ -158,16 +158,23 @@ TEST(MemoryChoice, ContextHalvesUntilItsKvCacheFitsAQuarter) {
   ASSERT_EQ(ch.mode, MemoryMode::stream);
   EXPECT_LT(ch.n_ctx, 4096);
   EXPECT_GE(ch.n_ctx, 256);
-  EXPECT_EQ(ch.n_ctx & (ch.n_ctx - 1), 0) << "halvings of 4096";
+  EXPECT_EQ(ch.n_ctx & (ch.n_ctx - 1), 0) << "halvings of the trained 262144";
   const StateBytes s = state_bytes(fp.config, false, ch.n_ctx, r.n_batch);
   const double room = static_cast<double>(r.mem - fp.dense_bytes - fp.min_cache_bytes() - s.work - s.overhead);
   EXPECT_LE(static_cast<double>(s.kv), 0.25 * room);
   const StateBytes twice = state_bytes(fp.config, false, 2 * ch.n_ctx, r.n_batch);
   EXPECT_GT(static_cast<double>(twice.kv),
             0.25 * static_cast<double>(r.mem - fp.dense_bytes - fp.min_cache_bytes() - twice.work - twice.overhead));
-  EXPECT_TRUE(has(ch.why, "of 4096, to fit")) << ch.why;
-  // Resident models keep the default context.
-  EXPECT_EQ(choose_memory(fp, MemoryRequest{}, facts(64 * GiB)).n_ctx, 4096);
+  EXPECT_TRUE(has(ch.why, "of the trained 262144, to fit")) << ch.why;
+  // Resident models get the trained context where it fits (an f32 cache of 8 KiB a position: 2 GiB
+  // at 262144), else the largest halving that fits, down to 4096.
+  EXPECT_EQ(choose_memory(fp, MemoryRequest{}, facts(64 * GiB)).n_ctx, 262144);
+  const MemoryChoice tight = choose_memory(fp, MemoryRequest{}, facts(2 * GiB));
+  EXPECT_EQ(tight.mode, MemoryMode::read);
+  EXPECT_EQ(tight.n_ctx, 65536) << tight.why;  // 0.5 GiB of cache beside 1 GiB of margin
+  // 1200 MiB less the margin leave about 174 MiB: 36 of weights, the work buffers and 64 MiB of
+  // cache at 8192 fit, 128 MiB at 16384 do not.
+  EXPECT_EQ(choose_memory(fp, MemoryRequest{}, facts(1200 * MiB)).n_ctx, 8192);
 }
 
 TEST(MemoryChoice, ADenseModelThatDoesNotFitIsMapped) {

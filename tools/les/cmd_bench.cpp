@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "args.h"
+#include "les/model/kv_cache.h"
 #include "commands.h"
 #include "common.h"
 #include "les/bench/report.h"
@@ -49,6 +50,8 @@ int cmd_bench(int argc, char** argv) {
                             "where the model does not fit in memory, else (and with --quick) the budget whose "
                             "baseline cache holds 25% of the experts", "SIZE|auto"},
           {{"-t", "--threads"}, true, "threads (default 2)", "N"},
+          {{"-ctk", "--cache-type-k"}, true, "KV cache type of K, as les run takes it (default f16)", "TYPE"},
+          {{"-ctv", "--cache-type-v"}, true, "KV cache type of V (default f16)", "TYPE"},
           {{"-n", "--n-predict"}, true, "tokens generated per run (default 64; --quick: 128)", "N"},
           {{"-p", "--prompt"}, true, "prompt text (default: fixed pseudo-random tokens)", "TEXT"},
           {{"-f", "--prompt-file"}, true, "prompt: the first --prompt-tokens tokens of this text file", "FILE"},
@@ -108,6 +111,8 @@ int cmd_bench(int argc, char** argv) {
     o.cache_share = 0.25;
   }
   o.threads = static_cast<int>(a.i64("--threads", 2));
+  o.type_k = parse_kv_type(a.str("--cache-type-k", "f16"), "--cache-type-k");
+  o.type_v = parse_kv_type(a.str("--cache-type-v", "f16"), "--cache-type-v");
   // --quick: a short device probe of its own (the ceilings' bandwidth), not the cached full one.
   o.quick_probe = quick || a.has("--quick-probe");
   o.probe_refresh = a.has("--probe-refresh");

@@ -12,6 +12,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "les/model/kv_cache.h"
 #include "les/quality/measure.h"
 #include "les/quality/vocab_check.h"
 #include "les/tokenizer/tokenizer.h"
@@ -135,6 +136,10 @@ int cmd_perplexity(int argc, char** argv) {
                                     "--kl-divergence-base format (a base for --kl-logits)", "FILE"},
           {{"--kl-logits"}, true, "KL divergence against a base log-probability file (from --save-logits or "
                                   "llama-perplexity --kl-divergence-base); -f optional, checked against it", "FILE"},
+          {{"-ctk", "--cache-type-k"}, true, "KV cache type of K: f32 (default: attention as llama.cpp computes it "
+                                              "without flash attention), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                                              "iq4_nl (as its flash attention does)", "TYPE"},
+          {{"-ctv", "--cache-type-v"}, true, "KV cache type of V (default f32)", "TYPE"},
           {{"--json"}, true, "also write the results as JSON", "FILE"},
           {{"--isa"}, true, "kernel ISA: scalar, avx2, avxvnni, avx512 (default: best available)", "ISA"}});
   a.parse(argc, argv);
@@ -152,6 +157,8 @@ int cmd_perplexity(int argc, char** argv) {
 
   WindowOptions opt;
   opt.n_threads = static_cast<int>(a.i64("--threads", 2));
+  opt.type_k = parse_kv_type(a.str("--cache-type-k", "f32"), "--cache-type-k");
+  opt.type_v = parse_kv_type(a.str("--cache-type-v", "f32"), "--cache-type-v");
   opt.n_ctx = static_cast<int>(a.i64("--ctx-size", base_file ? base_file->n_ctx() : 512));
   if (opt.n_ctx < 3) throw Error(strfmt("-c must be >= 3, got %d", opt.n_ctx));
   if (base_file && opt.n_ctx != base_file->n_ctx()) {
@@ -185,7 +192,8 @@ int cmd_perplexity(int argc, char** argv) {
     }
   }
 
-  nlohmann::json js = {{"model", model_path}, {"n_ctx", opt.n_ctx}, {"first", opt.first}};
+  nlohmann::json js = {{"model", model_path}, {"n_ctx", opt.n_ctx}, {"first", opt.first},
+                       {"cache_type_k", kv_type_name(opt.type_k)}, {"cache_type_v", kv_type_name(opt.type_v)}};
   if (!text_path.empty()) {
     js["text"] = text_path;
     js["text_tokens"] = tokens.size();

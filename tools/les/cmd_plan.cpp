@@ -5,6 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "les/model/kv_cache.h"
 #include "les/plan/plan.h"
 #include "les/util/error.h"
 
@@ -18,6 +19,8 @@ int cmd_plan(int argc, char** argv) {
          {{{"-m", "--model"}, true, "model file (GGUF)", "FILE"},
           {{"--mem"}, true, "the budget to plan for (default auto: what les run would choose)", "SIZE|auto"},
           {{"-c", "--ctx-size"}, true, "context size (default: chosen as les run chooses it)", "N"},
+          {{"-ctk", "--cache-type-k"}, true, "KV cache type of K (default f16; the others are compared too)", "TYPE"},
+          {{"-ctv", "--cache-type-v"}, true, "KV cache type of V (default f16)", "TYPE"},
           {{"-t", "--threads"}, true, "threads (default 2)", "N"},
           {{"--spec"}, true, "speculative decoding to plan for: draft, dspark (with --draft FILE), mtp, ngram", "KIND"},
           {{"--draft", "-md"}, true, "the drafter file (its memory shares the budget)", "FILE"},
@@ -46,6 +49,8 @@ int cmd_plan(int argc, char** argv) {
   }
   o.n_ctx = static_cast<int>(a.i64("--ctx-size", 0));
   if (o.n_ctx < 0) throw Error("--ctx-size must be >= 0");
+  o.type_k = parse_kv_type(a.str("--cache-type-k", "f16"), "--cache-type-k");
+  o.type_v = parse_kv_type(a.str("--cache-type-v", "f16"), "--cache-type-v");
   o.threads = static_cast<int>(a.i64("--threads", 2));
   o.spec = a.str("--spec", "");
   o.draft = a.str("--draft", "");

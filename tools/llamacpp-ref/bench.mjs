@@ -29,7 +29,8 @@ median over the repeats (after the warm-up repeats), as JSON.
   -h, --help            this text
 
 Settings as logits.mjs: CPU prebuilt llama.cpp, F32 K/V cache, flash attention
-off, n_batch = n_ubatch = P.
+off, n_batch = n_ubatch = P. --cache-type-k/--cache-type-v T (f16, q8_0, ...):
+that K/V cache type with flash attention on.
 `;
 
 const args = parseArgs(process.argv.slice(2), {
@@ -41,6 +42,8 @@ const args = parseArgs(process.argv.slice(2), {
     repeats: { type: "int", default: 5 },
     warmup: { type: "int", default: 1 },
     json: { type: "string" },
+    "cache-type-k": { type: "string" },
+    "cache-type-v": { type: "string" },
 }, USAGE);
 if (!args.model) die("--model FILE is required (see --help)");
 const P = args["prompt-tokens"];
@@ -75,7 +78,10 @@ if (args["prompt-file"] != null) {
     }
 }
 
-const ctx = await createRefContext(model, { threads: args.threads, batchSize: P, contextSize: Math.max(512, P + N + 1), performanceTracking: true });
+const kvTypes = args["cache-type-k"] || args["cache-type-v"]
+    ? { kvTypeK: (args["cache-type-k"] ?? "f16").toUpperCase(), kvTypeV: (args["cache-type-v"] ?? "f16").toUpperCase() }
+    : {};
+const ctx = await createRefContext(model, { threads: args.threads, batchSize: P, contextSize: Math.max(512, P + N + 1), performanceTracking: true, ...kvTypes });
 
 // llama.cpp's own timers (llama_perf_context_print; printTimings() also resets them):
 // "prompt eval" = multi-token batches, "eval" = single-token batches. Excludes the JS overhead.

@@ -132,7 +132,9 @@ export async function loadModel(llama, modelPath, { vocabOnly = false } = {}) {
 
 // Context with the reference settings: F32 K and V cache, flash attention off,
 // a fixed thread count, and a batch size large enough for a whole sequence.
-export async function createRefContext(model, { threads, batchSize, contextSize, performanceTracking = false }) {
+// kvTypeK / kvTypeV ("F16", "Q8_0", ...): that cache type with flash attention on (llama.cpp
+// needs it for a quantized V); left out: the F32 cache without flash attention.
+export async function createRefContext(model, { threads, batchSize, contextSize, performanceTracking = false, kvTypeK, kvTypeV }) {
     const n = resolveThreads(threads);
     // node-llama-cpp keeps one slot free: a sequence of L tokens needs contextSize >= L + 1.
     const ctxSize = Math.max(contextSize ?? 0, 1);
@@ -141,10 +143,10 @@ export async function createRefContext(model, { threads, batchSize, contextSize,
         contextSize: ctxSize,
         batchSize: bs,             // n_batch = n_ubatch = bs (whole sequence in one ubatch)
         sequences: 1,
-        flashAttention: false,
+        flashAttention: Boolean(kvTypeK || kvTypeV),
         threads: { ideal: n, min: n },
-        experimentalKvCacheKeyType: "F32",
-        experimentalKvCacheValueType: "F32",
+        experimentalKvCacheKeyType: kvTypeK ?? "F32",
+        experimentalKvCacheValueType: kvTypeV ?? "F32",
         performanceTracking,
     });
     return ctx;

@@ -88,7 +88,8 @@ RunMeasure run_row_once(const RowPlan& plan, const RunInputs& in, std::vector<in
                         std::vector<int32_t>* routing) {
   EngineOptions eo;
   eo.model_path = plan.file;
-  eo.context = ContextParams{.n_ctx = in.n_ctx(), .n_threads = in.threads, .n_batch = 256};
+  eo.context = ContextParams{.n_ctx = in.n_ctx(), .n_threads = in.threads, .n_batch = 256, .type_k = in.type_k,
+                             .type_v = in.type_v};
   eo.reuse_prefix = false;
   eo.depth.k_max = in.draft_max;
   eo.depth.adaptive = true;

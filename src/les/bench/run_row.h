@@ -14,6 +14,7 @@
 
 #include "les/bench/rows.h"
 #include "les/model/model.h"
+#include "les/quant/types.h"
 #include "les/sched/streaming_experts.h"
 #include "les/storage/io.h"
 
@@ -46,6 +47,7 @@ struct RunInputs {
   std::vector<int32_t> routing;
   int n_gen = 64;
   int threads = 2;
+  Type type_k = Type::F16, type_v = Type::F16;  // KV cache types
   int draft_max = 6;
   std::string progress_prefix;            // non-empty: "\r<prefix> k/n tokens" on stderr (a terminal)
   int ctx = 0;                            // the context size (0: the prompt, the tokens and a draft's room)

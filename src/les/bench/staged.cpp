@@ -181,11 +181,11 @@ FileProbe probe_file(const std::string& path, const BenchOptions& o, bool origin
       if (p.mem == 0) {
         // The budget whose baseline cache holds cache_share of the experts: the fixed part
         // (dense, KV, work, overhead) plus that share (to a whole slot).
-        const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slots);
+        const BudgetPlan big = plan_budget(*model, uint64_t(1) << 50, n_ctx, 256, slots, 0, o.type_k, o.type_v);
         const uint64_t fixed = big.fixed();
         p.mem = fixed + static_cast<uint64_t>(o.cache_share * static_cast<double>(p.expert_bytes_total)) + slot / 2;
       }
-      const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slots);  // throws: budget too small
+      const BudgetPlan bp = plan_budget(*model, p.mem, n_ctx, 256, slots, 0, o.type_k, o.type_v);  // throws: budget too small
       p.cache_share = static_cast<double>(bp.cache) / static_cast<double>(p.expert_bytes_total);
     }
     IoProbeOptions po;
@@ -507,6 +507,8 @@ BenchReport run_staged_bench(const BenchOptions& o) {
       in.prompt = prompt;
       in.n_gen = o.n_gen;
       in.threads = o.threads;
+      in.type_k = o.type_k;
+      in.type_v = o.type_v;
       if (s.plan.drafter == "oracle") in.recording = recording[s.group];
       if (s.oracle) in.routing = routing[s.group];
       const bool record_routing = r < 0 && !s.oracle && !s.plan.resident && s.plan.drafter.empty() &&

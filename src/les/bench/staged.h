@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "les/bench/rows.h"
+#include "les/quant/types.h"
 #include "les/storage/device_probe.h"
 
 namespace les::bench {
@@ -31,6 +32,7 @@ struct BenchOptions {
   uint64_t mem = 0;             // the budget (bytes); 0 with cache_share > 0: derived from it
   double cache_share = 0;       // > 0 and mem == 0: the budget whose baseline cache holds this share of the experts
   int threads = 2;
+  Type type_k = Type::F16, type_v = Type::F16;  // KV cache types (-ctk / -ctv)
   int n_gen = 64;               // tokens generated per run
   int prompt_tokens = 64;       // prompt length (at most; a short -p text is used whole)
   std::string prompt_text;      // -p

@@ -56,8 +56,11 @@ void attention_piece(const AttentionShape& s, const KvView& k, const KvView& v, 
       rows = reinterpret_cast<const float*>(v.row(a + t) + static_cast<size_t>(g) * v.head_bytes);
       stride = static_cast<int64_t>(v.row_bytes / sizeof(float));
     } else {
-      for (int j = 0; j < tn; ++j) {
-        to_float(v.row(a + t + j) + static_cast<size_t>(g) * v.head_bytes, vt.data() + static_cast<size_t>(j) * static_cast<size_t>(hdv), hdv);
+      const uint8_t* v0 = v.row(a + t) + static_cast<size_t>(g) * v.head_bytes;
+      if (!ak.rows_to_float(v.type, v0, v.row_bytes, tn, hdv, vt.data())) {
+        for (int j = 0; j < tn; ++j) {
+          to_float(v0 + static_cast<size_t>(j) * v.row_bytes, vt.data() + static_cast<size_t>(j) * static_cast<size_t>(hdv), hdv);
+        }
       }
       rows = vt.data();
       stride = hdv;

@@ -3,7 +3,10 @@
 // Each is deterministic: the same inputs give the same bits whatever the thread or call.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "les/quant/types.h"
 
 namespace les {
 
@@ -17,6 +20,10 @@ struct AttnKernels {
   // for h < n_heads, d < dv (dv a multiple of 16).
   void (*pv_accumulate)(const float* p, int64_t p_stride, int n_heads, const float* v, int64_t v_stride, int n,
                         int dv, float* o, int64_t o_stride);
+  // V rows to float: out[r * width + d] = value d of the `width` values at rows + r * row_bytes
+  // (width a multiple of 16; of 32 for q8_0), for r < n_rows, bit-identical to the type's dequantization. Returns
+  // false (nothing written) for a type it has no fast path for (f16, bf16 and q8_0 have one).
+  bool (*rows_to_float)(Type t, const uint8_t* rows, size_t row_bytes, int n_rows, int width, float* out);
 };
 
 const AttnKernels& attn_kernels();

@@ -117,6 +117,23 @@ void Context::rollback(int n) {
   replay(from, n);
 }
 
+void Context::repeat_positions(int n) {
+  if (n_past_ == 0) throw Error("repeat_positions: the context is empty");
+  if (n <= n_past_ || n > n_ctx_) throw Error(strfmt("repeat_positions: %d is outside (%d, %d]", n, n_past_, n_ctx_));
+  const int n_kv_layers = static_cast<int>(std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int s) { return s >= 0; }));
+  for (int layer = 0; layer < n_kv_layers; ++layer) {
+    for (KvRows* rows : {&k_rows_, &v_rows_}) {
+      if (rows->row_bytes() == 0) continue;
+      for (int p = n_past_; p < n; ++p) std::memcpy(rows->row(layer, p), rows->row(layer, p % n_past_), rows->row_bytes());
+    }
+  }
+  for (int p = n_past_; p < n; ++p) {
+    tokens_[sz(p)] = tokens_[sz(p % n_past_)];
+    embd_row_[sz(p)] = -1;
+  }
+  n_past_ = n;
+}
+
 void Context::replay(int from, int to) {
   if (from >= to) return;
   rec_->begin_eval(from);

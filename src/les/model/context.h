@@ -23,14 +23,14 @@ namespace les {
 struct ContextParams {
   int n_ctx = 0;      // 0: the model's training context, capped at 4096
   int n_threads = 1;
-  // KV cache types (kv_cache.h). f32 (the default here) computes attention as llama.cpp does
-  // without flash attention; any other type as its flash attention does (attention_core.h).
-  // Multi-head latent attention (deepseek2) keeps its compressed rows in f32 whatever these say.
-  Type type_k = Type::F32, type_v = Type::F32;
   int n_batch = 256;  // tokens evaluated per forward pass during prefill
   // Gated DeltaNet layers: chunked form of the delta rule for multi-token batches (equal up to
   // rounding; the default token-by-token recurrence is what llama.cpp's CPU backend runs).
   bool chunked_delta_rule = false;
+  // KV cache types (kv_cache.h). f32 (the default here) computes attention as llama.cpp does
+  // without flash attention; any other type as its flash attention does (attention_core.h).
+  // Multi-head latent attention (deepseek2) keeps its compressed rows in f32 whatever these say.
+  Type type_k = Type::F32, type_v = Type::F32;
 };
 
 // Observer of named intermediate results: layer (-1 for none), name, data [n_tok][width].
@@ -117,6 +117,14 @@ class Context {
   // reset to position 0 when n is before it) and the kept tokens after it are evaluated again:
   // the result is bit-identical to never having evaluated the forgotten tokens.
   void rollback(int n);
+
+  // Benchmark instrument: extends the context to n positions (n_past() < n <= n_ctx()) by copying
+  // the KV rows and tokens of positions [0, n_past()) cyclically, so that decode speed at depth n
+  // can be measured without evaluating n positions (its cost does not depend on what the rows
+  // hold). What follows is not what evaluating those tokens would give (each copied row keeps its
+  // first position's RoPE, recurrent state is not advanced): never for text. Throws les::Error for
+  // an empty context or n out of range.
+  void repeat_positions(int n);
 
   // Hidden state after output_norm of output i of the last eval ([n_embd]): the MTP head's input.
   const float* hidden(int i) const;

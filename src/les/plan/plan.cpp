@@ -120,6 +120,8 @@ PlanReport make_plan(const PlanOptions& o) {
   mr.mem = o.mem;
   mr.mem_auto = o.mem == 0;
   mr.n_ctx = o.n_ctx;
+  mr.type_k = o.type_k;
+  mr.type_v = o.type_v;
   mr.drafter_bytes = r.drafter_bytes;
   r.choice = choose_memory(fp, mr, o.facts ? *o.facts : MemoryFacts::of_this_machine());
   const bool streaming = r.choice.mode == MemoryMode::stream;
@@ -135,8 +137,24 @@ PlanReport make_plan(const PlanOptions& o) {
   if (streaming) {
     model = Model::load(o.model, LoadOptions{.map_experts = false});
     slots = StreamingExperts::layer_slot_bytes_for(*model, storage::default_io_mode());
-    r.budget = plan_budget(*model, r.choice.budget, r.choice.n_ctx, 256, slots, r.drafter_bytes);
+    r.budget = plan_budget(*model, r.choice.budget, r.choice.n_ctx, 256, slots, r.drafter_bytes, o.type_k, o.type_v);
     r.cache_share = static_cast<double>(r.budget.cache) / static_cast<double>(std::max<uint64_t>(1, fp.expert_bytes));
+  }
+  // The other cache types at this context: their size, and the expert cache the budget then holds.
+  for (Type t : {Type::F32, Type::F16, Type::Q8_0, Type::Q5_0, Type::Q4_0}) {
+    if (!c.mla() && c.head_dim_k % block_size(t) != 0) continue;
+    KvTypeRow row;
+    row.type = t;
+    row.kv_bytes = state_bytes(c, fp.has_mtp, r.choice.n_ctx, 256, t, t).kv;
+    if (streaming) {
+      try {
+        row.cache_bytes = plan_budget(*model, r.choice.budget, r.choice.n_ctx, 256, slots, r.drafter_bytes, t, t).cache;
+        row.cache_share = static_cast<double>(row.cache_bytes) / static_cast<double>(std::max<uint64_t>(1, fp.expert_bytes));
+      } catch (const Error&) {
+        row.fits = false;
+      }
+    }
+    r.kv_types.push_back(row);
   }
   if (!o.calibrate) return r;
   if (r.choice.mode == MemoryMode::map && !c.moe) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "les/quant/types.h"
+
 #include "les/engine/memory_choice.h"
 #include "les/plan/speed_model.h"
 #include "les/sched/budget.h"
@@ -26,6 +28,7 @@ struct PlanOptions {
   std::string model;
   uint64_t mem = 0;             // --mem SIZE (0: automatic)
   int n_ctx = 0;                // -c (0: chosen)
+  Type type_k = Type::F16, type_v = Type::F16;  // -ctk / -ctv (les run's default f16)
   int threads = 2;
   std::string spec;             // --spec KIND ("" or "none": plain decoding)
   std::string draft;            // --draft FILE
@@ -47,6 +50,16 @@ struct BudgetRow {
   std::string note;             // why there is no prediction (too small a budget)
 };
 
+// What another KV cache type would take at the chosen context, and (streaming) what its saving
+// buys in expert cache within the same budget.
+struct KvTypeRow {
+  Type type = Type::F16;        // for K and V both
+  uint64_t kv_bytes = 0;
+  uint64_t cache_bytes = 0;     // streaming: the expert cache left (0 when resident or it does not fit)
+  double cache_share = 0;       // of the expert bytes
+  bool fits = true;             // streaming: the budget holds it beside the smallest expert cache
+};
+
 struct PlanReport {
   // The file.
   std::string model, arch;
@@ -59,6 +72,7 @@ struct PlanReport {
   BudgetPlan budget;            // streaming: the split (all zero when resident)
   double cache_share = 0;       // of the expert bytes
   uint64_t drafter_bytes = 0;
+  std::vector<KvTypeRow> kv_types;  // f32, f16, q8_0, q5_0, q4_0 at the chosen context
   // Calibration.
   bool calibrated = false;
   double calib_seconds = 0;     // wall time of the calibration run (load included)

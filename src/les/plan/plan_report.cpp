@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "les/model/kv_cache.h"
 #include "les/plan/plan.h"
 #include "les/util/error.h"
 
@@ -51,6 +52,17 @@ std::string plan_text(const PlanReport& r) {
     s += strfmt("  %-22s %s\n", "weights", size_str(r.dense_bytes + r.expert_bytes).c_str());
     s += strfmt("  %-22s %s (context %d)\n", "KV cache", size_str(ch.kv_bytes).c_str(), ch.n_ctx);
     if (r.drafter_bytes) s += strfmt("  %-22s %s\n", "drafter", size_str(r.drafter_bytes).c_str());
+  }
+  if (!r.kv_types.empty() && !r.choice.why.empty()) {
+    s += strfmt("\nKV cache types at context %d (-ctk / -ctv; f16 is les run's default)\n", ch.n_ctx);
+    for (const KvTypeRow& k : r.kv_types) {
+      s += strfmt("  %-7s %10s", kv_type_name(k.type).c_str(), size_str(k.kv_bytes).c_str());
+      if (ch.mode == MemoryMode::stream) {
+        s += k.fits ? strfmt("   expert cache %s, %.0f%% of the expert bytes", size_str(k.cache_bytes).c_str(), 100.0 * k.cache_share)
+                    : std::string("   does not fit this budget");
+      }
+      s += "\n";
+    }
   }
   if (!r.calibrated) {
     for (const std::string& n : r.notes) s += "\n" + n + "\n";
@@ -106,7 +118,19 @@ std::string plan_text(const PlanReport& r) {
   return s;
 }
 
+namespace plan_report_detail {
+nlohmann::json kv_types_json(const PlanReport& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const KvTypeRow& k : r.kv_types) {
+    a.push_back({{"type", kv_type_name(k.type)}, {"kv_bytes", k.kv_bytes}, {"fits", k.fits},
+                 {"expert_cache_bytes", k.cache_bytes}, {"expert_cache_share", k.cache_share}});
+  }
+  return a;
+}
+}  // namespace plan_report_detail
+
 std::string plan_json(const PlanReport& r) {
+  using plan_report_detail::kv_types_json;
   using nlohmann::ordered_json;
   ordered_json j;
   j["model"] = r.model;
@@ -124,7 +148,7 @@ std::string plan_json(const PlanReport& r) {
   const BudgetPlan& b = r.budget;
   j["memory"] = {{"budget", b.total},     {"automatic", r.choice.budget_automatic}, {"dense", b.dense},
                  {"kv_cache", r.choice.mode == MemoryMode::stream ? b.kv : r.choice.kv_bytes},
-                 {"context", r.choice.n_ctx}, {"recurrent", b.recurrent}, {"work", b.work}, {"overhead", b.overhead},
+                 {"context", r.choice.n_ctx}, {"kv_types", kv_types_json(r)}, {"recurrent", b.recurrent}, {"work", b.work}, {"overhead", b.overhead},
                  {"drafter", r.drafter_bytes}, {"expert_cache", b.cache}, {"expert_slots", b.n_slots},
                  {"cache_share", r.cache_share}, {"available", r.choice.available == UINT64_MAX ? ordered_json(nullptr) : ordered_json(r.choice.available)}};
   if (r.calibrated) {

@@ -39,6 +39,8 @@ WindowEvaluator::WindowEvaluator(const Model& model, std::span<const int32_t> to
   cp.n_ctx = opt.n_ctx;
   cp.n_batch = opt.n_ctx;
   cp.n_threads = opt.n_threads;
+  cp.type_k = opt.type_k;
+  cp.type_v = opt.type_v;
   ctx_ = std::make_unique<Context>(model, cp);
   window_.resize(static_cast<size_t>(opt.n_ctx));
 }

@@ -35,6 +35,7 @@ struct WindowOptions {
   // >= 0: window token 0 is evaluated as this token instead (the scored tokens never include it).
   // llama.cpp does this with the BOS token when the vocabulary's add_bos_token is set.
   int32_t bos = -1;
+  Type type_k = Type::F32, type_v = Type::F32;  // KV cache types (kv_cache.h)
 };
 
 // Number of windows evaluated for n_tokens tokens (complete windows, capped by max_windows).
