@@ -63,7 +63,9 @@ head -c 4096 /dev/urandom | curl -s -o /dev/null -X POST -H "Authorization: Bear
 printf 'POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"pro' | timeout 5 bash -c "cat > /dev/tcp/${URL#http://}" 2>/dev/null || true
 kill -0 "$SERVER_PID" || fail "the server died on malformed input"
 
-curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | grep -q '^les_requests_total{endpoint="/v1/completions",status="400"}' \
+# (Read whole first: grep -q quitting early would fail curl's write, and pipefail the check.)
+metrics_text=$(curl -s -H "Authorization: Bearer $KEY" "$URL/metrics")
+grep -q '^les_requests_total{endpoint="/v1/completions",status="400"}' <<<"$metrics_text" \
   || fail "/metrics does not count the 400s"
 stop_server
 
