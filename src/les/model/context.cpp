@@ -239,14 +239,85 @@ void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
 void Context::eval_together(std::span<const SeqTokens> batch) {
   for (const SeqTokens& b : batch) {
     if (!b.ctx || &b.ctx->model_ != &model_) throw Error("eval_together: a context of another model");
+    // (resident contexts each own a view of the same mapped experts: any of them serves)
+    if (b.ctx->experts_ != experts_ && !(b.ctx->owned_source_ && owned_source_)) {
+      throw Error("eval_together: a context with another expert source");
+    }
+    for (const SeqTokens& o : batch) {
+      if (&o != &b && o.ctx == b.ctx) throw Error("eval_together: a context given twice");
+    }
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      if (b.tokens[i] < 0 || b.tokens[i] >= cfg_.n_vocab) {
+        throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", b.tokens[i], i, cfg_.n_vocab));
+      }
+    }
     if (b.tokens.empty()) throw Error("eval_together: a sequence without tokens");
     if (b.ctx->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.ctx->n_ctx_) {
       throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", b.ctx->n_past_,
                          b.tokens.size(), b.ctx->n_ctx_));
     }
   }
-  // Interim form: one pass per sequence (the same results; the batched pass replaces it).
-  for (const SeqTokens& b : batch) b.ctx->eval(b.tokens, false);
+  // Every sequence's tokens in order, cut into passes of n_batch tokens (a sequence may span two).
+  const int64_t E = cfg_.n_embd;
+  for (const SeqTokens& b : batch) {
+    Context& c = *b.ctx;
+    std::copy(b.tokens.begin(), b.tokens.end(), c.tokens_.begin() + c.n_past_);
+    std::fill(c.embd_row_.begin() + c.n_past_, c.embd_row_.begin() + c.n_past_ + static_cast<int64_t>(b.tokens.size()), -1);
+    if (c.rec_) c.rec_->begin_eval(c.n_past_);
+    c.n_outputs_ = 1;
+    ensure(c.logits_, sz(cfg_.n_vocab));
+    ensure(c.hidden_, sz(E));
+  }
+  const ModelWeights& w = model_.weights();
+  const DequantizeFn deq = kernels().dequantize[static_cast<uint32_t>(w.tok_embd.type)];
+  LES_ASSERT(deq != nullptr);
+  size_t seq = 0, done = 0;  // the next token: batch[seq].tokens[done]
+  while (seq < batch.size()) {
+    segs_.clear();
+    int n = 0;
+    while (seq < batch.size() && n < n_batch_) {
+      const SeqTokens& b = batch[seq];
+      const int take = static_cast<int>(std::min<size_t>(b.tokens.size() - done, static_cast<size_t>(n_batch_ - n)));
+      segs_.push_back(Segment{b.ctx, n, take, b.ctx->n_past_});
+      n += take;
+      done += static_cast<size_t>(take);
+      if (done == b.tokens.size()) {
+        ++seq;
+        done = 0;
+      }
+    }
+    ensure(h_, sz(n) * sz(E));
+    ensure(xn_, sz(n) * sz(E));
+    ensure(tmp_, sz(n) * sz(E));
+    for (const Segment& sg : segs_) {
+      for (int i = 0; i < sg.n; ++i) {
+        deq(w.tok_embd.row(sg.ctx->tokens_[sz(sg.pos0 + i)]), h_.data() + sz(sg.begin + i) * sz(E), E);
+      }
+    }
+    run_layers(n, 0, 0);
+    // Logits of the sequences whose last token is in this pass, in one product.
+    std::vector<const Segment*> ends;
+    for (const Segment& sg : segs_) {
+      sg.ctx->n_past_ += sg.n;
+      if (&sg == &segs_.back() && seq < batch.size() && done > 0 && batch[seq].ctx == sg.ctx) continue;  // continues
+      ends.push_back(&sg);
+    }
+    const int rows = static_cast<int>(ends.size());
+    for (int r = 0; r < rows; ++r) {
+      const Segment& sg = *ends[sz(r)];
+      ops::rms_norm(h_.data() + sz(sg.begin + sg.n - 1) * sz(E), w.output_norm.data, xn_.data() + sz(r) * sz(E), E,
+                    cfg_.rms_eps);
+      std::memcpy(sg.ctx->hidden_.data(), xn_.data() + sz(r) * sz(E), sz(E) * sizeof(float));
+    }
+    ensure(together_logits_, sz(rows) * sz(cfg_.n_vocab));
+    matmul(w.output, xn_.data(), rows, E, together_logits_.data(), cfg_.n_vocab, pool_, acts_);
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(ends[sz(r)]->ctx->logits_.data(), together_logits_.data() + sz(r) * sz(cfg_.n_vocab),
+                  sz(cfg_.n_vocab) * sizeof(float));
+    }
+  }
+  segs_.clear();
+  experts_->on_token_done();
 }
 
 void Context::eval_from_layer(std::span<const int32_t> tokens, int first_layer, const float* h_in) {
@@ -295,17 +366,7 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
     if (observer_) observer_(-1, "inp_embd", h_.data(), n, E);
   }
 
-  const int pos0 = n_past_;
-  for (int il = h_in ? first_layer : 0; il < cfg_.n_layer; ++il) {
-    if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next || mla_) {
-      hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
-    } else {
-      attention(model_.weights().layers[sz(il)], il, n, pos0);
-    }
-    ffn(model_.weights().layers[sz(il)], il, n);
-    experts_->on_layer_output(il, h_.data(), n);
-    if (observer_) observer_(il, "l_out", h_.data(), n, E);
-  }
+  run_layers(n, n_past_, h_in ? first_layer : 0);
   n_past_ += n;
 
   // Output head for the rows that need logits.
@@ -319,6 +380,19 @@ void Context::forward_chunk(const int32_t* tokens, int n, bool all_logits, int o
   if (matmul_observer_) matmul_observer_(product_names_->output, -1, xn_.data(), rows, E);
   std::memcpy(hidden_.data() + sz(out_base) * sz(E), xn_.data(), sz(rows) * sz(E) * sizeof(float));
   matmul(w.output, xn_.data(), rows, E, logits_.data() + sz(out_base) * sz(cfg_.n_vocab), cfg_.n_vocab, pool_, acts_);
+}
+
+void Context::run_layers(int n, int pos0, int first_layer) {
+  for (int il = first_layer; il < cfg_.n_layer; ++il) {
+    if (cfg_.arch == Arch::qwen35moe || cfg_.arch == Arch::qwen3next || mla_) {
+      hybrid_mixer(model_.weights().layers[sz(il)], il, n, pos0);
+    } else {
+      attention(model_.weights().layers[sz(il)], il, n, pos0);
+    }
+    ffn(model_.weights().layers[sz(il)], il, n);
+    experts_->on_layer_output(il, h_.data(), n);
+    if (observer_) observer_(il, "l_out", h_.data(), n, cfg_.n_embd);
+  }
 }
 
 void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
@@ -387,22 +461,29 @@ void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   rp.freq_scale = cfg_.rope_freq_scale;
   rp.freq_factors = model_.weights().rope_freqs.data;
   ops::set_yarn(rp, cfg_);
-  for (int i = 0; i < n; ++i) {
-    ops::rope_cache(rp, pos0 + i, rope_cache_.data());
+  Segment solo;
+  const std::span<const Segment> segs = segments(n, pos0, solo);
+  for (const Segment& sg : segs) {
+    for (int i = sg.begin; i < sg.begin + sg.n; ++i) {
+    ops::rope_cache(rp, sg.pos0 + (i - sg.begin), rope_cache_.data());
     for (int h = 0; h < cfg_.n_head; ++h) ops::rope_apply(rp, rope_cache_.data(), q_.data() + sz(i) * sz(nq) + sz(h) * sz(hd));
     for (int h = 0; h < cfg_.n_head_kv; ++h) ops::rope_apply(rp, rope_cache_.data(), k_.data() + sz(i) * sz(nk) + sz(h) * sz(hd));
+    }
   }
 
-  // Append to the KV cache.
+  // Append to each sequence's KV cache, and attend over it.
   const int slot = kv_slot_[sz(il)];
-  k_rows_.write(slot, pos0, k_.data(), n);
-  v_rows_.write(slot, pos0, v_.data(), n);
 
   // Causal attention, one (token, head) pair per task.
   AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
   as.sinks = L.attn_sinks.data;
   as.window = cfg_.is_swa(il) ? cfg_.n_swa : 0;
-  causal_attention(as, q_.data(), nq, k_rows_.view(slot), v_rows_.view(slot), n, pos0, att_.data(), pool_);
+  for (const Segment& sg : segs) {
+    sg.ctx->k_rows_.write(slot, sg.pos0, k_.data() + sz(sg.begin) * sz(nk), sg.n);
+    sg.ctx->v_rows_.write(slot, sg.pos0, v_.data() + sz(sg.begin) * sz(nv), sg.n);
+    causal_attention(as, q_.data() + sz(sg.begin) * sz(nq), nq, sg.ctx->k_rows_.view(slot), sg.ctx->v_rows_.view(slot),
+                     sg.n, sg.pos0, att_.data() + sz(sg.begin) * sz(cfg_.n_head) * sz(hdv), pool_);
+  }
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 
   if (matmul_observer_) observe(il, Product::attn_output, -1, att_.data(), n, cfg_.n_head * hdv);
@@ -427,14 +508,19 @@ void Context::hybrid_mixer(const LayerWeights& L, int il, int n, int pos0) {
     tap = [this, il](Product p, const float* x, int64_t rows, int64_t n_in) { observe(il, p, -1, x, rows, n_in); };
   }
   const ProductTap* tp = matmul_observer_ ? &tap : nullptr;
-  if (rec_slot_[sz(il)] >= 0) {
-    delta_net_->forward(L, *rec_, rec_slot_[sz(il)], xn_.data(), n, tmp_.data(), pool_, tp);
-  } else if (mla_) {
-    float* cache = reinterpret_cast<float*>(k_rows_.row(kv_slot_[sz(il)], 0));
-    mla_->forward(L, xn_.data(), n, pos0, cache, tmp_.data(), pool_, tp);
-  } else {
-    const int slot = kv_slot_[sz(il)];
-    gated_attn_->forward(L, xn_.data(), n, pos0, k_rows_, v_rows_, slot, tmp_.data(), pool_, tp);
+  Segment solo;
+  for (const Segment& sg : segments(n, pos0, solo)) {
+    const float* x = xn_.data() + sz(sg.begin) * sz(E);
+    float* out = tmp_.data() + sz(sg.begin) * sz(E);
+    if (rec_slot_[sz(il)] >= 0) {
+      delta_net_->forward(L, *sg.ctx->rec_, rec_slot_[sz(il)], x, sg.n, out, pool_, tp);
+    } else if (mla_) {
+      float* cache = reinterpret_cast<float*>(sg.ctx->k_rows_.row(kv_slot_[sz(il)], 0));
+      mla_->forward(L, x, sg.n, sg.pos0, cache, out, pool_, tp);
+    } else {
+      const int slot = kv_slot_[sz(il)];
+      gated_attn_->forward(L, x, sg.n, sg.pos0, sg.ctx->k_rows_, sg.ctx->v_rows_, slot, out, pool_, tp);
+    }
   }
   if (observer_) observer_(il, "mixer_out", tmp_.data(), n, E);
   for (int i = 0; i < n; ++i) {

@@ -155,6 +155,19 @@ class Context {
   uint64_t state_bytes() const;
 
  private:
+  // A run of one sequence's tokens within a batch of eval_together: rows [begin, begin + n) of
+  // the work buffers, at positions pos0.. of ctx's cache.
+  struct Segment {
+    Context* ctx;
+    int begin, n, pos0;
+  };
+  // The segments of the batch being evaluated; empty: this context's own tokens (pos0 as given).
+  std::span<const Segment> segments(int n, int pos0, Segment& solo) {
+    solo = Segment{this, 0, n, pos0};
+    return segs_.empty() ? std::span<const Segment>(&solo, 1) : std::span<const Segment>(segs_);
+  }
+  // The layers over the tokens in h_ (n rows), then the mixers' bookkeeping is the caller's.
+  void run_layers(int n, int pos0, int first_layer);
   // first_layer > 0: start there with h_in as its input instead of the token embeddings.
   void forward_chunk(const int32_t* tokens, int n, bool all_logits, int out_base, int first_layer = 0,
                      const float* h_in = nullptr);
@@ -215,6 +228,8 @@ class Context {
   RoutingObserver routing_observer_;
   MatmulInputObserver matmul_observer_;
   std::unique_ptr<ProductNames> product_names_;  // built by the first set_matmul_observer
+  std::vector<Segment> segs_;      // eval_together's current batch
+  std::vector<float> together_logits_;
 };
 
 }  // namespace les
