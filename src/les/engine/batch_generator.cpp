@@ -155,7 +155,8 @@ std::vector<BatchGenerator::Finished> BatchGenerator::step() {
   for (size_t c : chunk) last_.prompt_tokens += static_cast<int>(c);
 
   try {
-    batch.front().ctx->eval_together(batch);
+    // Always through slot 0: one context's work buffers and threads serve every step.
+    engine_.slot_context(0).eval_together(batch);
   } catch (const std::exception& e) {
     // Nothing of this step can be trusted: every request in it fails, the others go on.
     const std::string why = strfmt("evaluation failed: %s", e.what());
