@@ -52,6 +52,7 @@ struct SlotLink {
   std::vector<int32_t> prompt;
   EngineRequest req;            // req.cancel points at cancel
   std::atomic<bool>* cancel = nullptr;  // the HTTP thread's flag (it waits for done, so it outlives the request)
+  bool stream = false;                   // the reply is streamed: wake its thread for every piece
   std::mutex mu;
   std::condition_variable cv;
   std::string text;             // generated, not yet written (under mu)
@@ -150,7 +151,9 @@ struct Server::Impl {
               std::lock_guard<std::mutex> lk(l->mu);
               l->text.append(text);
             }
-            l->cv.notify_all();
+            // A non-streamed reply is written at the end: its thread need not wake for each piece
+            // (on 2 cores those wake-ups take turns with the step's own threads).
+            if (l->stream) l->cv.notify_all();
             return !l->cancel->load(std::memory_order_relaxed);
           });
           active[id] = std::move(link);
@@ -300,6 +303,7 @@ struct Server::Impl {
     link->prompt = job.prompt;
     link->req = er;
     link->cancel = &cancel;
+    link->stream = r.stream;
     {
       std::lock_guard<std::mutex> lk(step_mu);
       submitted.push_back(link);
