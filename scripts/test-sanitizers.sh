@@ -73,6 +73,7 @@ if [ "$WHAT" = tsan ] || [ "$WHAT" = all ]; then
   # threads (the others would be compiled for nothing; ASan runs them all).
   TSAN_FILES="test_thread_pool;test_streaming;test_storage_io;test_server_api;test_engine;test_speculative;test_dspark"
   TSAN_FILES+=";test_live_truncation;test_batched_products;test_model_tiny;test_qwen35moe;test_device_probe;test_limits"
+  TSAN_FILES+=";test_parallel_serve"
   TARGETS="les_tests" build build-tsan "thread" "-DLES_TEST_FILES=$TSAN_FILES"
   phase "TSan tests"
   run_tests build-tsan "$TSAN_EXCLUDE"

@@ -3,13 +3,18 @@
 // concurrent reply must equal its reference exactly (text, finish_reason, usage counts), so nothing
 // is lost, cut or handed to the wrong client. Prints one summary line:
 //   load: 100 clients, 100/100 ok, X req/s, Y tok/s, latency p50 A ms p99 B ms
-//   node load_clients.mjs BASE_URL API_KEY MODEL_NAME [N]
+//   node load_clients.mjs BASE_URL API_KEY MODEL_NAME [N] [REF_FILE]
+// REF_FILE: where the reference is kept: written by the run that makes it, read (instead of a
+// reference pass) by the next, so that a batched server (--parallel) answers concurrent clients
+// exactly as a one-at-a-time server answered them alone. A batched server must also show in
+// /metrics that its steps evaluated several requests' tokens and joined prompts to decodes.
 // The mix (request i): groups of 10 share an endpoint and a long prefix (chat: the system message;
 // text: the prompt's first sentences), so the server's KV-cache prefix reuse is exercised; within
 // a group every other request streams (half of those with stream_options.include_usage), max_tokens
 // varies in 8..16, a few requests carry stop strings (most of which end the reply) or an earlier chat
 // turn. Greedy (temperature
 // 0), no retries.
+import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,7 +23,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, "../../tools/js-harness/package.json"));
 const OpenAI = require("openai").default ?? require("openai");
 
-const [baseURL, apiKey, model, nArg] = process.argv.slice(2);
+const [baseURL, apiKey, model, nArg, refFile] = process.argv.slice(2);
 const N = Number(nArg ?? 100);
 
 const SYSTEMS = [
@@ -131,10 +136,12 @@ const settle = (p) => p.then((v) => ({ ok: true, v }), (e) => ({ ok: false, e })
 let failures = 0;
 const fail = (msg) => { failures++; console.error(`FAIL: ${msg}`); };
 
-// The reference: one request at a time.
-const ref = [];
+// The reference: one request at a time (or that of an earlier run).
+const refLoaded = Boolean(refFile && fs.existsSync(refFile));
+const ref = refLoaded ? JSON.parse(fs.readFileSync(refFile, "utf8")) : [];
+if (refLoaded && ref.length !== N) { console.error(`FAIL: ${refFile} holds ${ref.length} references, want ${N}`); process.exit(1); }
 const t0 = performance.now();
-for (let i = 0; i < N; i++) {
+for (let i = 0; i < (refLoaded ? 0 : N); i++) {
   const r = await settle(runOne(i));
   if (!r.ok) {
     console.error(`FAIL: reference request ${i} (${JSON.stringify(request(i).body).slice(0, 200)}): ${r.e}`);
@@ -144,7 +151,10 @@ for (let i = 0; i < N; i++) {
 }
 const seqS = (performance.now() - t0) / 1000;
 if (process.env.LOAD_VERBOSE) ref.forEach((r, i) => console.log(i, JSON.stringify(r.same)));
-{
+if (refFile && !refLoaded) fs.writeFileSync(refFile, JSON.stringify(ref));
+if (refLoaded) {
+  console.log(`reference: ${N} replies from ${refFile}`);
+} else {
   const texts = new Set(ref.map((r) => JSON.stringify(r.same)));
   const cached = ref.reduce((a, r) => a + r.cached, 0), prompt = ref.reduce((a, r) => a + r.same.prompt_tokens, 0);
   const stops = ref.filter((r) => r.same.finish === "stop").length;
@@ -191,9 +201,20 @@ for (const deadline = performance.now() + 10000; ;) {
     .map((e) => metric(new RegExp(`^les_requests_total\\{endpoint="${e}",status="200"\\} (\\S+)$`, "m")))
     .reduce((a, b) => a + b, 0);
   metricProblems = [];
-  if (answered !== 2 * N) metricProblems.push(`/metrics counts ${answered} answered completions, want ${2 * N}`);
+  const runs = refLoaded ? N : 2 * N;
+  if (answered !== runs) metricProblems.push(`/metrics counts ${answered} answered completions, want ${runs}`);
   const gens = metric(/^les_generations_total (\S+)$/m);
-  if (gens !== 2 * N) metricProblems.push(`/metrics: les_generations_total ${gens}, want ${2 * N}`);
+  if (gens !== runs) metricProblems.push(`/metrics: les_generations_total ${gens}, want ${runs}`);
+  const slots = metric(/^les_slots_total (\S+)$/m);
+  if (slots > 1) {
+    const steps = metric(/^les_batch_steps_total (\S+)$/m), tokens = metric(/^les_batch_step_tokens_sum (\S+)$/m);
+    const decodes = metric(/^les_batch_decode_tokens_total (\S+)$/m);
+    const joined = metric(/^les_batch_prompt_tokens_joined_total (\S+)$/m);
+    if (!(decodes > steps)) metricProblems.push(`/metrics: ${decodes} decode tokens in ${steps} steps: requests were not decoded together`);
+    if (!(joined > 0)) metricProblems.push("/metrics: no prompt tokens joined a decoding step");
+    if (metric(/^les_slots_busy (\S+)$/m) !== 0) metricProblems.push("/metrics: slots busy after the load");
+    if (!metricProblems.length) console.log(`batched: ${slots} slots, ${steps} steps, ${(tokens / steps).toFixed(2)} tokens per step, ${joined} prompt tokens joined decoding steps`);
+  }
   const cancelled = metric(/^les_generations_cancelled_total (\S+)$/m);
   if (cancelled !== 0) metricProblems.push(`/metrics: ${cancelled} generations cancelled`);
   if (metric(/^les_requests_running (\S+)$/m) !== 0 || metric(/^les_requests_waiting (\S+)$/m) !== 0) {

@@ -63,7 +63,9 @@ head -c 4096 /dev/urandom | curl -s -o /dev/null -X POST -H "Authorization: Bear
 printf 'POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"pro' | timeout 5 bash -c "cat > /dev/tcp/${URL#http://}" 2>/dev/null || true
 kill -0 "$SERVER_PID" || fail "the server died on malformed input"
 
-curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | grep -q '^les_requests_total{endpoint="/v1/completions",status="400"}' \
+# (Read whole first: grep -q quitting early would fail curl's write, and pipefail the check.)
+metrics_text=$(curl -s -H "Authorization: Bearer $KEY" "$URL/metrics")
+grep -q '^les_requests_total{endpoint="/v1/completions",status="400"}' <<<"$metrics_text" \
   || fail "/metrics does not count the 400s"
 stop_server
 
@@ -99,6 +101,39 @@ done
 [ "$(metric les_generations_cancelled_total)" -gt "$before" ] || fail "no generation counted as cancelled"
 echo "ok: disconnected clients cancel their generation and leave the queue"
 # ... and the server is free for the next request.
+expect 200 POST /v1/completions '{"prompt": "Once", "max_tokens": 4, "temperature": 0}'
+stop_server
+
+# The same with batched serving: two generations run in the two slots, a third waits, a fourth
+# gets 503; the three clients disconnect and every slot and place in line is freed.
+start_server URL --api-key $KEY -c 4096 --queue 1 --parallel 2
+pids=()
+for n in 1 2; do
+  curl -s -N -o /dev/null -X POST -H "Authorization: Bearer $KEY" -d "$long" "$URL/v1/completions" &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ "$(metric les_requests_running)" = $n ] && break; sleep 0.1; done
+  [ "$(metric les_requests_running)" = $n ] || fail "--parallel 2: generation $n did not start"
+done
+curl -s -N -o /dev/null -X POST -H "Authorization: Bearer $KEY" -d "$long" "$URL/v1/completions" &
+pids+=($!)
+for _ in $(seq 1 100); do [ "$(metric les_requests_waiting)" = 1 ] && break; sleep 0.1; done
+[ "$(metric les_requests_waiting)" = 1 ] || fail "--parallel 2: the third request is not waiting"
+[ "$(metric les_slots_busy)" = 2 ] || fail "--parallel 2: les_slots_busy $(metric les_slots_busy), want 2"
+code=$(curl -s -o "$WORK/body.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
+       -d '{"prompt": "Once", "max_tokens": 2}' "$URL/v1/completions")
+[ "$code" = 503 ] || fail "--parallel 2: a full queue answered $code, want 503"
+before=$(metric les_generations_cancelled_total)
+kill "${pids[@]}"
+wait "${pids[@]}" 2>/dev/null || true
+for _ in $(seq 1 100); do
+  [ "$(metric les_requests_running)" = 0 ] && [ "$(metric les_slots_busy)" = 0 ] && [ "$(metric les_requests_waiting)" = 0 ] && break
+  sleep 0.1
+done
+[ "$(metric les_requests_running)" = 0 ] && [ "$(metric les_slots_busy)" = 0 ] \
+  || fail "--parallel 2: a disconnected client's generation kept its slot"
+[ "$(metric les_requests_waiting)" = 0 ] || fail "--parallel 2: a disconnected client stayed in the queue"
+[ "$(metric les_generations_cancelled_total)" -ge $((before + 2)) ] || fail "--parallel 2: the running generations were not cancelled"
+echo "ok: --parallel 2: disconnected clients free their slots and leave the queue"
 expect 200 POST /v1/completions '{"prompt": "Once", "max_tokens": 4, "temperature": 0}'
 stop_server
 echo "PASS"

@@ -26,7 +26,9 @@ int cmd_serve(int argc, char** argv) {
                      {{"--port"}, true, "port (default 8080; 0 = any free port, printed at start)", "N"},
                      {{"--api-key"}, true, "require 'Authorization: Bearer KEY' (default: $LES_API_KEY if set)", "KEY"},
                      {{"--alias"}, true, "the model's id in /v1/models and requests (default: the file's name)", "NAME"},
-                     {{"--queue"}, true, "requests that may wait for their turn; more get 503 (default 64)", "N"}},
+                     {{"--queue"}, true, "requests that may wait for their turn; more get 503 (default 64)", "N"},
+                     {{"--parallel", "-np"}, true, "requests generated together, each in a slot with its own KV cache "
+                      "(all counted in the memory budget), one batched evaluation per step; not with --spec (default 1)", "N"}},
                     engine_flag_specs()));
   a.parse(argc, argv);
   if (a.help_requested()) { std::fputs(a.usage().c_str(), stdout); return 0; }
@@ -43,6 +45,9 @@ int cmd_serve(int argc, char** argv) {
   if (queue < 1 || queue > 4096) throw Error("--queue must be in [1, 4096]");
   so.max_waiting = static_cast<int>(queue);
   EngineOptions eo = engine_options_from(a);
+  const int64_t parallel = a.i64("--parallel", 1);
+  if (parallel < 1 || parallel > 256) throw Error("--parallel must be in [1, 256]");
+  eo.n_parallel = static_cast<int>(parallel);
   so.model_name = a.str("--alias", std::filesystem::path(eo.model_path).filename().string());
 
   // Signals are taken by one watcher thread (blocked everywhere else, before any thread starts):
@@ -67,8 +72,9 @@ int cmd_serve(int argc, char** argv) {
     sigwait(&sigs, &sig);
     srv.stop();
   });
-  std::fprintf(stderr, "les serve: model '%s', context %d tokens, %s; listening on http://%s:%d\n",
+  std::fprintf(stderr, "les serve: model '%s', context %d tokens%s, %s; listening on http://%s:%d\n",
                so.model_name.c_str(), engine.n_ctx(),
+               engine.n_parallel() > 1 ? strfmt(" in each of %d slots", engine.n_parallel()).c_str() : "",
                engine.options().mem > 0 ? ("memory budget " + human_bytes(engine.budget().total)).c_str()
                                         : "experts resident",
                so.host.c_str(), bound);

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "les/chat/chat_template.h"
-#include "les/engine/text_stream.h"
+#include "les/engine/result_stream.h"
 #include "les/sched/io_probe.h"
 #include "les/util/clock.h"
 #include "les/util/error.h"
@@ -46,6 +46,11 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
   if (cp.n_threads < 1 || cp.n_threads > 256) throw Error("threads must be in [1, 256]");
   if (cp.n_ctx < 0) throw Error("the context size must be >= 0");
   if (cp.n_batch < 1) throw Error("the batch size must be >= 1");
+  if (opts_.n_parallel < 1 || opts_.n_parallel > 256) throw Error("--parallel must be in [1, 256]");
+  const bool has_drafter = opts_.drafter_factory || (!opts_.drafter.kind.empty() && opts_.drafter.kind != "none");
+  if (opts_.n_parallel > 1 && has_drafter) {
+    throw Error("--parallel with speculative decoding (--spec) is not supported: batched serving decodes plainly");
+  }
   // Where memory goes (memory_choice.h), decided from the file's header before anything loads.
   {
     const ModelFootprint fp = footprint_of(gguf::read_file(opts_.model_path), opts_.model_path);
@@ -55,6 +60,7 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     mr.resident = opts_.resident;
     mr.n_ctx = cp.n_ctx;
     mr.n_batch = cp.n_batch;
+    mr.n_parallel = opts_.n_parallel;
     mr.type_k = cp.type_k;
     mr.type_v = cp.type_v;
     mr.drafter_bytes = opts_.drafter_factory ? 0 : drafter_file_bytes(opts_.drafter);
@@ -114,7 +120,18 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     StreamingOptions so = opts_.streaming;
     const std::vector<uint64_t> slot = StreamingExperts::layer_slot_bytes_for(*model_, so.io_mode);
     const uint64_t drafter_bytes = (drafter_ ? drafter_->resident_bytes() : 0) + vision_bytes;
-    plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot, drafter_bytes, cp.type_k, cp.type_v);
+    // The slot contexts beyond the first: their KV caches, recurrent state and work buffers are
+    // planned as the drafter's bytes are, then counted where they belong.
+    const StateBytes per_slot = state_bytes(model_->config(), model_->weights().mtp.runnable(), cp.n_ctx, cp.n_batch,
+                                            cp.type_k, cp.type_v);
+    const uint64_t more_slots = static_cast<uint64_t>(opts_.n_parallel - 1);
+    plan_ = plan_budget(*model_, opts_.mem, cp.n_ctx, cp.n_batch, slot,
+                        drafter_bytes + more_slots * (per_slot.kv + per_slot.recurrent + per_slot.work), cp.type_k,
+                        cp.type_v);
+    plan_.drafter = drafter_bytes;
+    plan_.kv += more_slots * per_slot.kv;
+    plan_.recurrent += more_slots * per_slot.recurrent;
+    plan_.work += more_slots * per_slot.work;
     if (mmproj_) plan_.drafter_label = drafter_ ? "drafter and vision encoder" : "vision encoder";
     so.cache_bytes = plan_.cache;
     so.withheld_bytes = 0;
@@ -141,7 +158,14 @@ Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
     read_chunk_ = so.read_chunk;
     experts_ = std::make_unique<StreamingExperts>(*model_, so);
   }
-  ctx_ = std::make_unique<Context>(*model_, cp, experts_.get());
+  ExpertSource* source = experts_.get();
+  if (!source && opts_.n_parallel > 1) {
+    // Slot contexts evaluated together share one expert source (Context::eval_together).
+    shared_resident_ = std::make_unique<ResidentExperts>(model_->weights());
+    source = shared_resident_.get();
+  }
+  ctx_ = std::make_unique<Context>(*model_, cp, source);
+  for (int i = 1; i < opts_.n_parallel; ++i) slot_ctx_.push_back(std::make_unique<Context>(*model_, cp, source));
   if (mmproj_) vision_ = std::make_unique<vision::VisionEncoder>(*mmproj_, ctx_->pool());
 }
 
@@ -194,7 +218,6 @@ EngineResult Engine::generate(std::span<const int32_t> prompt, const EngineReque
 
 EngineResult Engine::run_generation(const std::vector<int32_t>& suffix, const EngineRequest& req,
                                     const TextCallback& on_text) {
-  EngineResult r;
   GenerateParams gp;
   gp.n_predict = req.n_predict;
   gp.sampling = req.sampling;
@@ -211,34 +234,11 @@ EngineResult Engine::run_generation(const std::vector<int32_t>& suffix, const En
     }
   }
 
-  TextStream stream(req.stop);
-  bool cancelled = false;
-  const auto emit = [&](const std::string& s) {
-    if (s.empty()) return true;
-    r.text += s;
-    return on_text ? on_text(s) : true;
-  };
-  r.stats = les::generate(*ctx_, *tok_, suffix, gp, [&](int32_t id, const std::string& piece) {
-    // A cancel that came while this token was computed drops it: nothing after the request to stop
-    // is shown (the token was computed, so it is counted).
-    ++r.n_generated;
-    if (req.cancel && req.cancel->load(std::memory_order_relaxed)) {
-      cancelled = true;
-      return false;
-    }
-    r.tokens.push_back(id);
-    if (req.on_token) req.on_token(id);
-    if (!emit(stream.push(piece))) {
-      cancelled = true;
-      return false;
-    }
-    return !stream.stopped();
+  ResultStream out(req, on_text);
+  const GenerateStats st = les::generate(*ctx_, *tok_, suffix, gp, [&](int32_t id, const std::string& piece) {
+    return out.on_token(id, piece);
   });
-  if (!cancelled) emit(stream.finish());
-  if (cancelled) r.finish_reason = "cancelled";
-  else if (stream.stopped() || r.stats.stop_reason == "eog") r.finish_reason = "stop";
-  else r.finish_reason = "length";
-  return r;
+  return out.finish(st);
 }
 
 const vision::ImageChunk& Engine::encoded_image(const vision::ImageU8& img) {

@@ -88,6 +88,10 @@ struct EngineOptions {
   // width is the model's n_embd, and the visual-token compression (4 or 16; 0: the file's).
   std::string mmproj_path;
   int image_compression = 0;
+  // Batched serving (engine/batch_generator.h): this many slot contexts, each with its own KV
+  // cache (all counted in the budget), sharing the model and the expert source. 1: the one
+  // context generate() uses. Not with a drafter.
+  int n_parallel = 1;
 };
 
 struct EngineRequest {
@@ -174,6 +178,10 @@ class Engine {
   // observers (les trace); generate() rolls it back as it needs.
   Context& context() { return *ctx_; }
   const EngineOptions& options() const { return opts_; }
+  // The slot contexts of batched serving (EngineOptions::n_parallel); slot 0 is context(), so
+  // generate() must not run while a BatchGenerator over this engine has requests.
+  int n_parallel() const { return 1 + static_cast<int>(slot_ctx_.size()); }
+  Context& slot_context(int i) { return i == 0 ? *ctx_ : *slot_ctx_.at(static_cast<size_t>(i - 1)); }
 
  private:
   // Generates after what the context holds, with suffix as the rest of the prompt.
@@ -187,7 +195,9 @@ class Engine {
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<DepthController> depth_;
   std::unique_ptr<StreamingExperts> experts_;
+  std::unique_ptr<ExpertSource> shared_resident_;  // resident experts of several slot contexts
   std::unique_ptr<Context> ctx_;
+  std::vector<std::unique_ptr<Context>> slot_ctx_;  // slots 1.. of batched serving
   MemoryChoice choice_;
   BudgetPlan plan_;
   std::optional<storage::DeviceProbe> probe_;

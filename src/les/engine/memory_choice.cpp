@@ -30,6 +30,15 @@ std::string available_desc(const MemoryFacts& f) {
   return strfmt("%.2f GiB available%s", gib(a), f.limited_by_cgroup() ? " (memory cgroup limit)" : "");
 }
 
+// The state of n contexts: one overhead, everything else n times.
+StateBytes state_of_contexts(StateBytes s, int n) {
+  const uint64_t k = static_cast<uint64_t>(std::max(1, n));
+  s.kv *= k;
+  s.recurrent *= k;
+  s.work *= k;
+  return s;
+}
+
 }  // namespace
 
 std::vector<uint64_t> ModelFootprint::slot_bytes_estimate() const {
@@ -110,8 +119,13 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
   const std::string kv_types = c.mla() ? std::string("f32 latent rows")
                                         : req.type_k == req.type_v ? kv_type_name(req.type_k)
                                                                    : kv_type_name(req.type_k) + " K, " + kv_type_name(req.type_v) + " V";
-  auto state_at = [&](int n) { return state_bytes(c, fp.has_mtp, n, req.n_batch, req.type_k, req.type_v); };
+  const int n_par = std::max(1, req.n_parallel);
+  auto state_at = [&](int n) {
+    return state_of_contexts(state_bytes(c, fp.has_mtp, n, req.n_batch, req.type_k, req.type_v), n_par);
+  };
   const StateBytes at_default = state_at(req.n_ctx > 0 ? req.n_ctx : default_ctx);
+  // How the KV cache is named in messages: one, or one per serving slot.
+  const std::string kv_name = n_par > 1 ? strfmt("KV caches of %d slots", n_par) : std::string("KV cache");
   const uint64_t weights = fp.dense_bytes + fp.expert_bytes;
   ch.resident_need = weights + at_default.total() + req.drafter_bytes;
   if (req.mem > 0 && (req.mem_auto || req.resident != ResidentMemory::automatic)) {
@@ -131,13 +145,14 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
       ch.n_ctx = std::max(n, default_ctx);
     }
     ch.kv_bytes = state_at(ch.n_ctx).kv;
-    ch.why = strfmt("%s: %s; context %d (KV cache %.2f GiB, %s)", memory_mode_name(mode), why.c_str(), ch.n_ctx,
-                    gib(ch.kv_bytes), kv_types.c_str());
+    ch.why = strfmt("%s: %s; context %d%s (%s %.2f GiB, %s)", memory_mode_name(mode), why.c_str(), ch.n_ctx,
+                    n_par > 1 ? strfmt(" in each of %d slots", n_par).c_str() : "", kv_name.c_str(), gib(ch.kv_bytes),
+                    kv_types.c_str());
     return ch;
   };
-  const std::string sizes = strfmt("the model needs %.2f GiB (weights %.2f + KV cache %.2f at context %d + work "
+  const std::string sizes = strfmt("the model needs %.2f GiB (weights %.2f + %s %.2f at context %d + work "
                                    "buffers and overhead %.2f%s)",
-                                   gib(ch.resident_need), gib(weights), gib(at_default.kv),
+                                   gib(ch.resident_need), gib(weights), kv_name.c_str(), gib(at_default.kv),
                                    req.n_ctx > 0 ? req.n_ctx : default_ctx,
                                    gib(at_default.work + at_default.overhead + at_default.recurrent),
                                    req.drafter_bytes ? strfmt(" + %s %.2f", req.drafter_label.c_str(), gib(req.drafter_bytes)).c_str() : "");
@@ -198,10 +213,10 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
       for (int n = ch.n_ctx; n >= 1 && fit == 0; n /= 2) {
         if (room_for_kv(n) >= static_cast<int64_t>(kv_at(n).kv)) fit = n;
       }
-      throw Error(strfmt("-c %d needs a KV cache of %.1f MiB, and the budget of %.1f MiB leaves %.1f MiB for it after "
+      throw Error(strfmt("-c %d needs %s of %.1f MiB, and the budget of %.1f MiB leaves %.1f MiB for it after "
                          "the dense weights (%.1f), the work buffers and overhead (%.1f), the %s (%.1f) and the "
                          "smallest expert cache (%.1f)%s",
-                         ch.n_ctx, mib(s.kv), mib(ch.budget), std::max(0.0, static_cast<double>(room_for_kv(ch.n_ctx)) / kMiB),
+                         ch.n_ctx, n_par > 1 ? kv_name.c_str() : "a KV cache", mib(s.kv), mib(ch.budget), std::max(0.0, static_cast<double>(room_for_kv(ch.n_ctx)) / kMiB),
                          mib(fp.dense_bytes), mib(s.work + s.overhead + s.recurrent), req.drafter_label.c_str(),
                          mib(req.drafter_bytes), mib(fp.min_cache_bytes()),
                          fit > 0 ? strfmt(": -c %d fits", fit).c_str() : ""));
@@ -225,9 +240,9 @@ MemoryChoice choose_memory(const ModelFootprint& fp, const MemoryRequest& req, c
     ch.n_ctx = n;
   }
   ch.kv_bytes = kv_at(ch.n_ctx).kv;
-  const std::string ctx = strfmt("context %d%s (KV cache %.2f GiB, %s)", ch.n_ctx,
+  const std::string ctx = strfmt("context %d%s (%s %.2f GiB, %s)", ch.n_ctx,
                                  ch.n_ctx_chosen && ch.n_ctx < train_ctx ? strfmt(", of the trained %d, to fit", train_ctx).c_str() : "",
-                                 gib(ch.kv_bytes), kv_types.c_str());
+                                 kv_name.c_str(), gib(ch.kv_bytes), kv_types.c_str());
   if (ch.budget_automatic) {
     ch.why += "; " + ctx + " (-c sets it)";
   } else {

@@ -49,6 +49,9 @@ struct MemoryRequest {
   ResidentMemory resident = ResidentMemory::automatic;  // --mmap (map) / --no-mmap (read) force resident
   int n_ctx = 0;           // -c (0: chosen)
   int n_batch = 256;
+  // Contexts served together (--parallel): each has its own KV cache, recurrent state and work
+  // buffers, all counted.
+  int n_parallel = 1;
   Type type_k = Type::F32, type_v = Type::F32;  // KV cache types (-ctk / -ctv)
   uint64_t drafter_bytes = 0;  // a speculative drafter's resident bytes (it shares the budget)
   // What drafter_bytes holds, as messages name it ("drafter", "vision encoder", ...).

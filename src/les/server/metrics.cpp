@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iterator>
 
 #include "les/sched/budget.h"
 #include "les/util/error.h"
@@ -38,6 +39,34 @@ void Metrics::record_generation(const GenerationRecord& g) {
   if (g.generation_seconds > 0 && g.generated_tokens > 1) last_decode_tps_ = (g.generated_tokens - 1) / g.generation_seconds;
 }
 
+namespace metrics_detail {
+// Upper bounds of the tokens-per-step histogram's buckets (the last one is +Inf).
+constexpr int kStepTokenBounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+}  // namespace metrics_detail
+
+void Metrics::set_slots(int total) {
+  std::lock_guard<std::mutex> lk(mu_);
+  slots_total_ = total;
+  batched_ = true;
+}
+
+void Metrics::record_step(int decode_tokens, int prompt_tokens, int slots_busy) {
+  using metrics_detail::kStepTokenBounds;
+  static_assert(std::size(kStepTokenBounds) + 1 == kStepBuckets);
+  std::lock_guard<std::mutex> lk(mu_);
+  slots_busy_ = slots_busy;
+  if (decode_tokens + prompt_tokens == 0) return;
+  const int n = decode_tokens + prompt_tokens;
+  ++steps_;
+  step_tokens_ += static_cast<uint64_t>(n);
+  decode_tokens_ += static_cast<uint64_t>(decode_tokens);
+  prompt_tokens_stepped_ += static_cast<uint64_t>(prompt_tokens);
+  if (decode_tokens > 0) prompt_tokens_joined_ += static_cast<uint64_t>(prompt_tokens);
+  int b = 0;
+  while (b < kStepBuckets - 1 && n > kStepTokenBounds[b]) ++b;
+  ++step_buckets_[b];
+}
+
 void Metrics::record_experts(const LayerStreamStats& total, int n_slots, uint64_t cache_bytes) {
   std::lock_guard<std::mutex> lk(mu_);
   have_experts_ = true;
@@ -64,7 +93,7 @@ void single(std::string& out, const char* name, const char* type, const char* he
 
 }  // namespace
 
-std::string Metrics::render(int queue_waiting, bool busy) const {
+std::string Metrics::render(int queue_waiting, int running) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string o;
   metric(o, "les_requests_total", "counter", "HTTP requests answered, by endpoint and status");
@@ -83,7 +112,24 @@ std::string Metrics::render(int queue_waiting, bool busy) const {
   single(o, "les_decode_tokens_per_second", "gauge", "decode speed of the last generation", last_decode_tps_);
   single(o, "les_prefill_tokens_per_second", "gauge", "prompt evaluation speed of the last generation", last_prefill_tps_);
   single(o, "les_requests_waiting", "gauge", "requests waiting for their turn", queue_waiting);
-  single(o, "les_requests_running", "gauge", "requests generating (0 or 1)", busy ? 1 : 0);
+  single(o, "les_requests_running", "gauge", "requests generating (at most the slots)", running);
+  single(o, "les_slots_total", "gauge", "requests that can generate together (--parallel)", slots_total_);
+  single(o, "les_slots_busy", "gauge", "slots holding a request after the last step (batched serving)", slots_busy_);
+  if (batched_) {
+    single(o, "les_batch_steps_total", "counter", "batched steps (one evaluation of every active request's tokens)", static_cast<double>(steps_));
+    single(o, "les_batch_decode_tokens_total", "counter", "tokens evaluated for decoding requests in batched steps (one per request and step)", static_cast<double>(decode_tokens_));
+    single(o, "les_batch_prompt_tokens_total", "counter", "prompt tokens evaluated in batched steps", static_cast<double>(prompt_tokens_stepped_));
+    single(o, "les_batch_prompt_tokens_joined_total", "counter", "prompt tokens evaluated in steps that also decoded (chunked prefill joining decodes)", static_cast<double>(prompt_tokens_joined_));
+    metric(o, "les_batch_step_tokens", "histogram", "tokens evaluated per batched step");
+    uint64_t cum = 0;
+    for (int b = 0; b < kStepBuckets; ++b) {
+      cum += step_buckets_[b];
+      const std::string le = b < kStepBuckets - 1 ? std::to_string(metrics_detail::kStepTokenBounds[b]) : std::string("+Inf");
+      value(o, "les_batch_step_tokens_bucket", static_cast<double>(cum), "{le=\"" + le + "\"}");
+    }
+    value(o, "les_batch_step_tokens_sum", static_cast<double>(step_tokens_));
+    value(o, "les_batch_step_tokens_count", static_cast<double>(steps_));
+  }
   if (have_experts_) {
     const LayerStreamStats& e = experts_;
     const double sel = static_cast<double>(e.selected);

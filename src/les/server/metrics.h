@@ -25,9 +25,13 @@ class Metrics {
   // The expert cache's totals since start (StreamingExperts::stats().total()) and the budget.
   void record_experts(const LayerStreamStats& total, int n_slots, uint64_t cache_bytes);
   void set_memory_budget(uint64_t bytes) { budget_bytes_ = bytes; }
+  // Batched serving (--parallel): the slots, and one step's tokens (one per decoding request,
+  // prompt chunks) with the slots busy after it.
+  void set_slots(int total);
+  void record_step(int decode_tokens, int prompt_tokens, int slots_busy);
 
   // Prometheus text format 0.0.4; queue figures are passed in (they are live).
-  std::string render(int queue_waiting, bool busy) const;
+  std::string render(int queue_waiting, int running) const;
 
  private:
   mutable std::mutex mu_;
@@ -41,6 +45,12 @@ class Metrics {
   int n_slots_ = 0;
   uint64_t cache_bytes_ = 0;
   uint64_t budget_bytes_ = 0;
+  int slots_total_ = 1, slots_busy_ = 0;
+  bool batched_ = false;
+  uint64_t steps_ = 0, step_tokens_ = 0, decode_tokens_ = 0, prompt_tokens_joined_ = 0, prompt_tokens_stepped_ = 0;
+  // Steps by tokens evaluated: [i] counts steps of at most kStepTokenBounds[i] tokens (the last: any).
+  static constexpr int kStepBuckets = 10;
+  uint64_t step_buckets_[kStepBuckets] = {};
 };
 
 // Current resident set size of this process (bytes), 0 if unknown.

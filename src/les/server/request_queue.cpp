@@ -5,7 +5,8 @@
 
 namespace les::server {
 
-RequestQueue::RequestQueue(int max_waiting) : max_waiting_(max_waiting) {}
+RequestQueue::RequestQueue(int max_waiting, int max_running)
+    : max_waiting_(max_waiting), max_running_(std::max(1, max_running)) {}
 
 std::unique_ptr<RequestQueue::Ticket> RequestQueue::try_enter() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -20,7 +21,7 @@ int RequestQueue::waiting() const {
   return static_cast<int>(line_.size());
 }
 
-bool RequestQueue::busy() const {
+int RequestQueue::running() const {
   std::lock_guard<std::mutex> lk(mu_);
   return running_;
 }
@@ -29,9 +30,10 @@ bool RequestQueue::Ticket::wait_turn(const std::function<bool()>& keep_waiting, 
   using clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lk(q_.mu_);
   auto next_poll = clock::now() + std::chrono::milliseconds(poll_ms);
-  while (!(q_.line_.front() == id_ && !q_.running_)) {
+  const auto my_turn = [this] { return q_.line_.front() == id_ && q_.running_ < q_.max_running_; };
+  while (!my_turn()) {
     q_.cv_.wait_until(lk, next_poll);
-    if (q_.line_.front() == id_ && !q_.running_) break;
+    if (my_turn()) break;
     if (clock::now() < next_poll) continue;
     lk.unlock();
     const bool keep = !keep_waiting || keep_waiting();
@@ -45,8 +47,9 @@ bool RequestQueue::Ticket::wait_turn(const std::function<bool()>& keep_waiting, 
     }
   }
   q_.line_.pop_front();
-  q_.running_ = true;
+  ++q_.running_;
   running_ = true;
+  q_.cv_.notify_all();  // the next in line may have a running place too
   return true;
 }
 
@@ -55,7 +58,7 @@ RequestQueue::Ticket::~Ticket() { q_.leave(*this); }
 void RequestQueue::leave(Ticket& t) {
   std::lock_guard<std::mutex> lk(mu_);
   if (t.running_) {
-    running_ = false;
+    --running_;
   } else if (!t.left_) {
     auto it = std::find(line_.begin(), line_.end(), t.id_);
     if (it != line_.end()) line_.erase(it);

@@ -5,11 +5,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "les/engine/batch_generator.h"
 #include "les/server/api_request.h"
 #include "les/server/api_response.h"
 #include "les/server/metrics.h"
@@ -40,6 +44,27 @@ struct Job {
 
 }  // namespace
 
+namespace parallel_detail {
+
+// One request of batched serving, between its HTTP thread (which writes to the client) and the
+// stepping thread (which generates): text flows one way, the cancel flag the other.
+struct SlotLink {
+  std::vector<int32_t> prompt;
+  EngineRequest req;            // req.cancel points at cancel
+  std::atomic<bool>* cancel = nullptr;  // the HTTP thread's flag (it waits for done, so it outlives the request)
+  bool stream = false;                   // the reply is streamed: wake its thread for every piece
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text;             // generated, not yet written (under mu)
+  bool done = false;            // under mu; then result and error are set
+  EngineResult result;
+  std::string error;
+};
+
+}  // namespace parallel_detail
+
+using parallel_detail::SlotLink;
+
 struct Server::Impl {
   Engine& engine;
   ServerOptions opts;
@@ -52,12 +77,125 @@ struct Server::Impl {
   std::atomic<bool>* running_cancel = nullptr;  // the generation in progress, if any
   std::atomic<double> mean_request_s{1.0};       // for Retry-After
 
-  Impl(Engine& e, ServerOptions o) : engine(e), opts(std::move(o)), queue(opts.max_waiting) {}
+  // Batched serving (the engine's n_parallel > 1): requests whose turn came are handed to the
+  // stepping thread, which runs the generator's steps while any request is active.
+  const int n_parallel;
+  std::unique_ptr<BatchGenerator> batch;
+  std::thread stepper;
+  std::mutex step_mu;
+  std::condition_variable step_cv;
+  std::deque<std::shared_ptr<SlotLink>> submitted;  // under step_mu
+  bool stepper_quit = false;                         // under step_mu
+
+  Impl(Engine& e, ServerOptions o)
+      : engine(e), opts(std::move(o)), queue(opts.max_waiting, e.n_parallel()), n_parallel(e.n_parallel()) {
+    metrics.set_slots(n_parallel);
+    if (n_parallel > 1) {
+      batch = std::make_unique<BatchGenerator>(engine);
+      stepper = std::thread([this] { step_loop(); });
+    }
+  }
+
+  ~Impl() {
+    if (stepper.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(step_mu);
+        stepper_quit = true;
+      }
+      step_cv.notify_all();
+      stepper.join();
+    }
+  }
+
+  // The expert cache's figures into the metrics; only from the thread that runs generations.
+  void record_experts() {
+    if (const StreamingExperts* ex = engine.experts()) {
+      uint64_t cache_bytes = 0;
+      for (const auto& [bytes, slots] : ex->stats().slot_classes) cache_bytes += bytes * static_cast<uint64_t>(slots);
+      metrics.record_experts(ex->stats().total(), ex->stats().n_slots, cache_bytes);
+    }
+  }
+
+  static void finish_link(SlotLink& link, EngineResult result, std::string error) {
+    {
+      std::lock_guard<std::mutex> lk(link.mu);
+      link.result = std::move(result);
+      link.error = std::move(error);
+      link.done = true;
+    }
+    link.cv.notify_all();
+  }
+
+  // The stepping thread: starts submitted requests in free slots, steps while any is active,
+  // hands each ended request's result to its HTTP thread. On stop, every request is cancelled
+  // and ended before it returns; no request is left without an answer.
+  void step_loop() {
+    std::map<uint64_t, std::shared_ptr<SlotLink>> active;
+    for (;;) {
+      std::vector<std::shared_ptr<SlotLink>> starting;
+      bool quit = false;
+      {
+        std::unique_lock<std::mutex> lk(step_mu);
+        step_cv.wait(lk, [&] { return stepper_quit || !submitted.empty() || !batch->idle(); });
+        quit = stepper_quit;
+        while (!submitted.empty() && static_cast<int>(starting.size()) + batch->n_busy() < batch->n_slots()) {
+          starting.push_back(std::move(submitted.front()));
+          submitted.pop_front();
+        }
+      }
+      for (std::shared_ptr<SlotLink>& link : starting) {
+        SlotLink* l = link.get();
+        try {
+          const uint64_t id = batch->start(l->prompt, l->req, [l](std::string_view text) {
+            {
+              std::lock_guard<std::mutex> lk(l->mu);
+              l->text.append(text);
+            }
+            // A non-streamed reply is written at the end: its thread need not wake for each piece
+            // (on 2 cores those wake-ups take turns with the step's own threads).
+            if (l->stream) l->cv.notify_all();
+            return !l->cancel->load(std::memory_order_relaxed);
+          });
+          active[id] = std::move(link);
+        } catch (const std::exception& e) {
+          finish_link(*l, EngineResult{}, e.what());
+        }
+      }
+      if (quit || stopping.load()) {
+        for (auto& [id, link] : active) link->cancel->store(true);
+      }
+      if (!batch->idle()) {
+        std::vector<BatchGenerator::Finished> ended;
+        try {
+          ended = batch->step();
+        } catch (const std::exception& e) {  // step() reports failures per request; this is a last resort
+          for (auto& [id, link] : active) link->cancel->store(true);
+          std::fprintf(stderr, "les serve: a batched step failed: %s\n", e.what());
+        }
+        const BatchStepStats& st = batch->last_step();
+        metrics.record_step(st.decode_tokens, st.prompt_tokens, batch->n_busy());
+        if (!ended.empty()) record_experts();
+        for (BatchGenerator::Finished& f : ended) {
+          auto it = active.find(f.id);
+          if (it == active.end()) continue;
+          finish_link(*it->second, std::move(f.result), std::move(f.error));
+          active.erase(it);
+        }
+      }
+      if (quit && batch->idle()) {
+        std::lock_guard<std::mutex> lk(step_mu);
+        for (std::shared_ptr<SlotLink>& link : submitted) finish_link(*link, EngineResult{}, "the server is stopping");
+        submitted.clear();
+        return;
+      }
+    }
+  }
 
   void reply_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status();
     if (e.status() == 503) {
-      const int wait = std::clamp(static_cast<int>(std::ceil(mean_request_s.load() * (queue.waiting() + 1))), 1, 60);
+      const double per_request = mean_request_s.load() / n_parallel;
+      const int wait = std::clamp(static_cast<int>(std::ceil(per_request * (queue.waiting() + 1))), 1, 60);
       res.set_header("Retry-After", std::to_string(wait));
     }
     res.set_content(dump_json(error_body(e)), "application/json");
@@ -128,6 +266,9 @@ struct Server::Impl {
     if (engine.drafter()) {
       throw ApiError(400, "images with speculative decoding are not supported: start the server without --spec", "messages");
     }
+    if (n_parallel > 1) {
+      throw ApiError(400, "images with batched serving are not supported: start the server with --parallel 1", "messages");
+    }
     size_t markers = 0;
     for (size_t p = rendered.find(kImageMarker); p != std::string::npos; p = rendered.find(kImageMarker, p + 1)) ++markers;
     if (markers != r.images.size()) {
@@ -152,12 +293,55 @@ struct Server::Impl {
     job.positions = text_tokens + positions;
   }
 
+  // Batched serving: hands the job to the stepping thread and writes its text as it comes (all
+  // that arrived since the last write in one piece), with a heartbeat while nothing comes; a failed
+  // write cancels the request. Returns when the request has ended and left its slot.
+  void generate_batched(Job& job, const EngineRequest& er, std::atomic<bool>& cancel, const std::function<bool(const std::string&)>& write,
+                        EngineResult& res, std::string& error) {
+    const CompletionRequest& r = job.req;
+    auto link = std::make_shared<SlotLink>();
+    link->prompt = job.prompt;
+    link->req = er;
+    link->cancel = &cancel;
+    link->stream = r.stream;
+    {
+      std::lock_guard<std::mutex> lk(step_mu);
+      submitted.push_back(link);
+    }
+    step_cv.notify_all();
+    double last_write = now_s();
+    for (;;) {
+      std::string text;
+      bool done = false;
+      {
+        std::unique_lock<std::mutex> lk(link->mu);
+        link->cv.wait_for(lk, std::chrono::milliseconds(opts.heartbeat_ms), [&] { return link->done || !link->text.empty(); });
+        text.swap(link->text);
+        done = link->done;
+      }
+      bool ok = true;
+      if (!text.empty() && r.stream) {
+        ok = write(sse_event(stream_chunk(r.endpoint, job.identity, text)));
+        last_write = now_s();
+      } else if (!done && now_s() - last_write >= opts.heartbeat_ms * 1e-3) {
+        // JSON allows leading whitespace, server-sent events comment lines: a failed write means the client left.
+        ok = write(r.stream ? ": generating\n\n" : " ");
+        last_write = now_s();
+      }
+      if (!ok) link->cancel->store(true);
+      if (done) break;
+    }
+    std::lock_guard<std::mutex> lk(link->mu);
+    res = std::move(link->result);
+    error = std::move(link->error);
+  }
+
   // Runs a job whose turn has come; `write` sends bytes to the client (false: it is gone).
   void run_job(Job& job, const std::function<bool(const std::string&)>& write) {
     const CompletionRequest& r = job.req;
     const Endpoint e = r.endpoint;
     std::atomic<bool> cancel{false};
-    {
+    if (n_parallel == 1) {  // batched requests are cancelled on stop by the stepping thread
       std::lock_guard<std::mutex> lk(running_mu);
       running_cancel = &cancel;
     }
@@ -175,26 +359,30 @@ struct Server::Impl {
     const double t0 = now_s();
     EngineResult res;
     std::string error;
-    try {
-      const auto on_text = [&](std::string_view text) {
-        bool ok = true;
-        if (r.stream) {
-          ok = write(sse_event(stream_chunk(e, job.identity, std::string(text))));
-          last_write = now_s();
-        } else if (now_s() - last_write >= opts.heartbeat_ms * 1e-3) {
-          ok = write(" ");  // JSON allows leading whitespace; a failed write means the client left
-          last_write = now_s();
+    if (n_parallel > 1) {
+      generate_batched(job, er, cancel, write, res, error);
+    } else {
+      try {
+        const auto on_text = [&](std::string_view text) {
+          bool ok = true;
+          if (r.stream) {
+            ok = write(sse_event(stream_chunk(e, job.identity, std::string(text))));
+            last_write = now_s();
+          } else if (now_s() - last_write >= opts.heartbeat_ms * 1e-3) {
+            ok = write(" ");  // JSON allows leading whitespace; a failed write means the client left
+            last_write = now_s();
+          }
+          if (!ok) cancel.store(true);
+          return ok;
+        };
+        if (job.images.empty()) {
+          res = engine.generate(job.prompt, er, on_text);
+        } else {
+          res = engine.generate(engine.media_prompt(job.rendered, job.images, true), er, on_text);
         }
-        if (!ok) cancel.store(true);
-        return ok;
-      };
-      if (job.images.empty()) {
-        res = engine.generate(job.prompt, er, on_text);
-      } else {
-        res = engine.generate(engine.media_prompt(job.rendered, job.images, true), er, on_text);
+      } catch (const std::exception& ex) {
+        error = ex.what();
       }
-    } catch (const std::exception& ex) {
-      error = ex.what();
     }
     {
       std::lock_guard<std::mutex> lk(running_mu);
@@ -209,11 +397,7 @@ struct Server::Impl {
     rec.generation_seconds = res.stats.gen_seconds;
     rec.cancelled = cancel.load();
     metrics.record_generation(rec);
-    if (const StreamingExperts* ex = engine.experts()) {
-      uint64_t cache_bytes = 0;
-      for (const auto& [bytes, slots] : ex->stats().slot_classes) cache_bytes += bytes * static_cast<uint64_t>(slots);
-      metrics.record_experts(ex->stats().total(), ex->stats().n_slots, cache_bytes);
-    }
+    if (n_parallel == 1) record_experts();  // batched: by the stepping thread, which owns the engine
     if (cancel.load()) return;
     if (!error.empty()) {
       const ApiError err(500, "generation failed: " + error);
@@ -299,7 +483,7 @@ struct Server::Impl {
         reply_error(s, err);
         return;
       }
-      s.set_content(metrics.render(queue.waiting(), queue.busy()), "text/plain; version=0.0.4");
+      s.set_content(metrics.render(queue.waiting(), queue.running()), "text/plain; version=0.0.4");
     });
     http.set_error_handler([](const httplib::Request& q, httplib::Response& s) {
       if (!s.body.empty()) return;  // already an API error
@@ -328,7 +512,7 @@ struct Server::Impl {
 
 Server::Server(Engine& engine, ServerOptions opts) : impl_(std::make_unique<Impl>(engine, std::move(opts))) {
   Impl& m = *impl_;
-  const int threads = m.opts.max_waiting + 8;
+  const int threads = m.opts.max_waiting + m.n_parallel + 8;
   m.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   m.http.set_payload_max_length(m.opts.max_body_bytes);
   m.http.set_read_timeout(30, 0);

@@ -1,8 +1,9 @@
 // `les serve`: an OpenAI-compatible HTTP server over one Engine.
 //   POST /v1/chat/completions, /v1/completions (streamed as server-sent events or not)
 //   GET  /v1/models, /health, /metrics (Prometheus text)
-// Requests run one at a time, first come first served; at most max_waiting wait (more get 503
-// with Retry-After). A client that disconnects cancels its generation. Errors are OpenAI-style
+// Requests run first come first served: one at a time, or with an engine of n_parallel slots
+// (les serve --parallel N) up to N together, each step one batched evaluation of their tokens
+// (engine/batch_generator.h); at most max_waiting wait (more get 503 with Retry-After). A client that disconnects cancels its generation. Errors are OpenAI-style
 // JSON with the fitting status: 400 bad request, 401 wrong key, 404 unknown model or route,
 // 413 body too large, 503 queue full.
 #pragma once
