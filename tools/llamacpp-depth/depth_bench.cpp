@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
   if (n_gen < 1 || reps < 1 || threads < 1 || prefill < 1) die("-n, --reps, -t and --prefill must be >= 1");
   if (fill == "synthetic" && prefill > depth) prefill = depth;
   const ggml_type type_k = parse_type(ctk), type_v = parse_type(ctv);
+  if (warmup < 0) warmup = n_gen;
 
   llama_log_set(log_cb, nullptr);
   llama_backend_init();
@@ -335,7 +336,7 @@ int main(int argc, char** argv) {
 
   const int n_batch = 512;
   llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = static_cast<uint32_t>(depth + n_gen + 256);
+  cp.n_ctx = static_cast<uint32_t>(depth + std::max(n_gen, warmup) + 256);
   cp.n_batch = cp.n_ubatch = n_batch;
   cp.n_seq_max = 1;
   cp.n_threads = cp.n_threads_batch = threads;
@@ -404,7 +405,6 @@ int main(int argc, char** argv) {
   // Warm-up (W untimed steps at positions D.., default N: the model's pages and the KV cache are touched
   // once), then R repeats of N decode steps at positions D .. D+N-1, the cache cut back to D before each.
   const std::vector<llama_token> gen = tokens(n_gen);
-  if (warmup < 0) warmup = n_gen;
   {
     const std::vector<llama_token> w = tokens(std::max(1, warmup));
     for (size_t i = 0; i < w.size(); ++i) decode_range(ctx, {w[i]}, depth + static_cast<int>(i), n_batch);
