@@ -16,11 +16,13 @@
 #     ENGINES="llamacpp les"  which engines to run (one alone gives a one-sided table)
 #     LES_BENCH=build-lead/bench_resident   les's bench (--depth/--ctk/--ctv/--no-llamacpp/--json)
 #     DEPTH_BENCH=build-depth/depth_bench   llama.cpp's (tools/llamacpp-depth/build.sh builds it)
-#     LOAD_MAX=1.5  LOAD_WAIT=600   before each run, wait up to LOAD_WAIT s for the 1-minute load
-#                                   average to drop under LOAD_MAX (the load is recorded either way)
+#     WARMUP=2      llama.cpp's untimed decode steps before the timed ones (les's bench warms up itself)
+#     BUSY_MAX=0.3  LOAD_WAIT=600   before each run, wait up to LOAD_WAIT s until the CPUs busy over
+#                                   3 s (other processes) drop under BUSY_MAX; that figure and the
+#                                   1-minute load average are recorded either way
 #     JSONL=FILE    also append every run's JSON line there
 # Output: progress on stderr; a Markdown table on stdout (KV type, depth, llama.cpp tok/s, les tok/s,
-# ratio les/llama.cpp, the per-round values and the load averages seen).
+# ratio les/llama.cpp, the per-round values, the other processes' CPU use and the load average seen).
 # One engine process at a time: the model (6 GB) is never loaded twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +38,8 @@ PREFILL=${PREFILL:-256}
 ENGINES=${ENGINES:-"llamacpp les"}
 LES_BENCH=${LES_BENCH:-build-lead/bench_resident}
 DEPTH_BENCH=${DEPTH_BENCH:-build-depth/depth_bench}
-LOAD_MAX=${LOAD_MAX:-1.5}
+BUSY_MAX=${BUSY_MAX:-0.3}
+WARMUP=${WARMUP:-2}
 LOAD_WAIT=${LOAD_WAIT:-600}
 JSONL=${JSONL:-}
 
@@ -68,16 +71,32 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# CPUs busy over the last 3 s (from /proc/stat): what the other users of the machine take now. The
+# 1-minute load average lags (it still counts the previous run of this script for a minute).
+busy_cpus() {
+  local a b
+  a=$(head -1 /proc/stat)
+  sleep 3
+  b=$(head -1 /proc/stat)
+  python3 -c "
+import sys
+a=[int(x) for x in sys.argv[1].split()[1:]]; b=[int(x) for x in sys.argv[2].split()[1:]]
+d=[y-x for x,y in zip(a,b)]; tot=sum(d); idle=d[3]+d[4]
+import os; print('%.2f' % (os.cpu_count()*(tot-idle)/tot if tot else 0))" "$a" "$b"
+}
 wait_quiet() {
-  local waited=0
-  while python3 -c "import sys; sys.exit(0 if float('$(load1)') >= float('$LOAD_MAX') else 1)"; do
+  local waited=0 busy
+  while :; do
+    busy=$(busy_cpus)
+    python3 -c "import sys; sys.exit(0 if float('$busy') < float('$BUSY_MAX') else 1)" && break
     if [ "$waited" -ge "$LOAD_WAIT" ]; then
-      say "load $(load1) still >= $LOAD_MAX after ${LOAD_WAIT}s: running anyway"
-      return
+      say "$busy CPUs busy (>= $BUSY_MAX) after ${LOAD_WAIT}s of waiting: running anyway"
+      break
     fi
-    sleep 10
+    sleep 7
     waited=$((waited + 10))
   done
+  last_busy=$busy
 }
 
 # json_get FILE KEY: a number from a one-object JSON file.
@@ -90,7 +109,7 @@ run_llama_once() {
   local t=$1 d=$2 out=$tmp/llama.json
   rm -f "$out"
   "$DEPTH_BENCH" -m "$MODEL" -t "$THREADS" --depth "$d" -n "$N" --ctk "$t" --ctv "$t" --reps "$REPS" \
-    --prefill "$PREFILL" --json "$out" >"$tmp/llama.log" 2>&1 || {
+    --warmup "$WARMUP" --prefill "$PREFILL" --json "$out" >"$tmp/llama.log" 2>&1 || {
     cat "$tmp/llama.log" >&2
     die "depth_bench failed (KV $t, depth $d)"
   }
@@ -121,16 +140,16 @@ for t in $TYPES; do
       for e in $order; do
         if [ $e = llamacpp ] && [ $run_llama = 1 ]; then
           wait_quiet
-          loads+=("$(load1)")
+          loads+=("$last_busy/$(load1)")
           v=$(run_llama_once "$t" "$d")
           ll+=("$v")
-          say "KV $t depth $d round $r: llama.cpp $v tok/s (load ${loads[-1]})"
+          say "KV $t depth $d round $r: llama.cpp $v tok/s (busy CPUs/load ${loads[-1]})"
         elif [ $e = les ] && [ $run_les = 1 ]; then
           wait_quiet
-          loads+=("$(load1)")
+          loads+=("$last_busy/$(load1)")
           v=$(run_les_once "$t" "$d")
           ls+=("$v")
-          say "KV $t depth $d round $r: les $v tok/s (load ${loads[-1]})"
+          say "KV $t depth $d round $r: les $v tok/s (busy CPUs/load ${loads[-1]})"
         fi
       done
     done
@@ -142,8 +161,8 @@ for t in $TYPES; do
   done
 done
 
-echo "Decode at depth: $MODEL, $THREADS threads, $N steps per run ($N warm-up), $ROUNDS rounds, $REPS timed repeat(s) per run; $(date -u)"
+echo "Decode at depth: $MODEL, $THREADS threads, $N steps per run (llama.cpp: $WARMUP warm-up), $ROUNDS rounds, $REPS timed repeat(s) per run; $(date -u)"
 echo
-echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp per round | les per round | load (1 min) at each run |"
+echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp per round | les per round | CPUs busy before / load (1 min) at each run |"
 echo "|---|---:|---:|---:|---:|---|---|---|"
 printf '%s\n' "${rows[@]}"
