@@ -19,7 +19,8 @@
 #     WARMUP=2      llama.cpp's untimed decode steps before the timed ones (les's bench warms up itself)
 #     BUSY_MAX=0.3  LOAD_WAIT=600   before each run, wait up to LOAD_WAIT s until the CPUs busy over
 #                                   3 s (other processes) drop under BUSY_MAX; that figure and the
-#                                   1-minute load average are recorded either way
+#                                   1-minute load average are recorded either way, and the CPUs other
+#                                   processes used during the run (all busy CPU time minus the run's)
 #     JSONL=FILE    also append every run's JSON line there
 # Output: progress on stderr; a Markdown table on stdout (KV type, depth, llama.cpp tok/s, les tok/s,
 # ratio les/llama.cpp, the per-round values, the other processes' CPU use and the load average seen).
@@ -99,6 +100,30 @@ wait_quiet() {
   last_busy=$busy
 }
 
+# Other processes' CPUs during a run: all CPUs' busy seconds (/proc/stat) minus the run's own
+# (bash's `times` for children), over the wall time.
+busy_s() { python3 -c "
+import os
+v=[int(x) for x in open('/proc/stat').readline().split()[1:]]
+print((sum(v)-v[3]-v[4])/os.sysconf('SC_CLK_TCK'))"; }
+# (times runs in this shell, not in a pipeline's subshell, which would have no children yet)
+children_s() { times >"$tmp/times"; tail -1 "$tmp/times" | python3 -c "
+import sys,re
+t=0
+for m,s in re.findall(r'(\d+)m([\d.]+)s', sys.stdin.read()): t+=60*int(m)+float(s)
+print(t)"; }
+# timed_run VAR CMD...: runs CMD (its stdout into VAR), sets run_others to the other processes' CPUs.
+timed_run() {
+  local __var=$1 b0 c0 t0 b1 c1 t1 __out
+  shift
+  b0=$(busy_s); children_s >"$tmp/c0"; t0=$(date +%s.%N)
+  __out=$("$@")
+  t1=$(date +%s.%N); children_s >"$tmp/c1"; b1=$(busy_s)
+  c0=$(cat "$tmp/c0"); c1=$(cat "$tmp/c1")
+  run_others=$(python3 -c "print('%.2f' % max(0.0, (($b1 - $b0) - ($c1 - $c0)) / ($t1 - $t0)))")
+  printf -v "$__var" '%s' "$__out"
+}
+
 # json_get FILE KEY: a number from a one-object JSON file.
 json_get() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 fmt() { python3 -c "import sys; print(' '.join('%.2f' % float(x) for x in sys.argv[1:]) or '-')" "$@"; }
@@ -141,14 +166,16 @@ for t in $TYPES; do
         if [ $e = llamacpp ] && [ $run_llama = 1 ]; then
           wait_quiet
           loads+=("$last_busy/$(load1)")
-          v=$(run_llama_once "$t" "$d")
+          timed_run v run_llama_once "$t" "$d"
           ll+=("$v")
+          loads[-1]+="/$run_others"
           say "KV $t depth $d round $r: llama.cpp $v tok/s (busy CPUs/load ${loads[-1]})"
         elif [ $e = les ] && [ $run_les = 1 ]; then
           wait_quiet
           loads+=("$last_busy/$(load1)")
-          v=$(run_les_once "$t" "$d")
+          timed_run v run_les_once "$t" "$d"
           ls+=("$v")
+          loads[-1]+="/$run_others"
           say "KV $t depth $d round $r: les $v tok/s (busy CPUs/load ${loads[-1]})"
         fi
       done
@@ -163,6 +190,6 @@ done
 
 echo "Decode at depth: $MODEL, $THREADS threads, $N steps per run (llama.cpp: $WARMUP warm-up), $ROUNDS rounds, $REPS timed repeat(s) per run; $(date -u)"
 echo
-echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp per round | les per round | CPUs busy before / load (1 min) at each run |"
+echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp per round | les per round | other processes' CPUs before / load (1 min) / other CPUs during, each run |"
 echo "|---|---:|---:|---:|---:|---|---|---|"
 printf '%s\n' "${rows[@]}"
