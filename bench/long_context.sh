@@ -21,6 +21,8 @@
 #                                   3 s (other processes) drop under BUSY_MAX; that figure and the
 #                                   1-minute load average are recorded either way, and the CPUs other
 #                                   processes used during the run (all busy CPU time minus the run's)
+#     QUIET_MAX=0.2 the "quiet repeats" column: the median of llama.cpp's timed repeats during which
+#                   other processes used under QUIET_MAX CPUs (depth_bench measures it per repeat)
 #     JSONL=FILE    also append every run's JSON line there
 # Output: progress on stderr; a Markdown table on stdout (KV type, depth, llama.cpp tok/s, les tok/s,
 # ratio les/llama.cpp, the per-round values, the other processes' CPU use and the load average seen).
@@ -43,6 +45,7 @@ BUSY_MAX=${BUSY_MAX:-0.3}
 WARMUP=${WARMUP:-2}
 LOAD_WAIT=${LOAD_WAIT:-600}
 JSONL=${JSONL:-}
+QUIET_MAX=${QUIET_MAX:-0.2}
 
 die() { echo "long_context: $*" >&2; exit 1; }
 say() { echo "long_context: $*" >&2; }
@@ -139,6 +142,7 @@ run_llama_once() {
     die "depth_bench failed (KV $t, depth $d)"
   }
   [ -z "$JSONL" ] || cat "$out" >>"$JSONL"
+  cat "$out" >>"$tmp/llama_${t}_${d}.jsonl"
   json_get "$out" decode_tok_s
 }
 
@@ -181,15 +185,24 @@ for t in $TYPES; do
       done
     done
     lm=$(median "${ll[@]}")
+    # llama.cpp's repeats during which other processes kept under QUIET_MAX CPUs busy (depth_bench
+    # measures that per repeat): its speed on a quiet machine, when the shared one allows it.
+    lq=-
+    if [ $run_llama = 1 ]; then
+      lq=$(python3 -c "
+import json,statistics,sys
+v=[t for l in open(sys.argv[1]) for j in [json.loads(l)] for t,o in zip(j['decode_tok_s_reps'], j['others_cpus_reps']) if o < float(sys.argv[2])]
+print('%.3f (%d)' % (statistics.median(v), len(v)) if v else '- (0)')" "$tmp/llama_${t}_${d}.jsonl" "$QUIET_MAX")
+    fi
     lsm=$(median "${ls[@]}")
     ratio=-
     if [ "$lm" != - ] && [ "$lsm" != - ]; then ratio=$(python3 -c "print('%.2fx' % ($lsm / $lm))"); fi
-    rows+=("| $t | $d | $lm | $lsm | $ratio | $(fmt "${ll[@]}") | $(fmt "${ls[@]}") | ${loads[*]} |")
+    rows+=("| $t | $d | $lm | $lsm | $ratio | $lq | $(fmt "${ll[@]}") | $(fmt "${ls[@]}") | ${loads[*]} |")
   done
 done
 
 echo "Decode at depth: $MODEL, $THREADS threads, $N steps per run (llama.cpp: $WARMUP warm-up), $ROUNDS rounds, $REPS timed repeat(s) per run; $(date -u)"
 echo
-echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp per round | les per round | other processes' CPUs before / load (1 min) / other CPUs during, each run |"
-echo "|---|---:|---:|---:|---:|---|---|---|"
+echo "| KV type | depth | llama.cpp tok/s | les tok/s | les/llama.cpp | llama.cpp quiet repeats: median (count) | llama.cpp per round | les per round | other processes' CPUs before / load (1 min) / other CPUs during, each run |"
+echo "|---|---:|---:|---:|---:|---:|---|---|---|"
 printf '%s\n' "${rows[@]}"
