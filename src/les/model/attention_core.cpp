@@ -91,61 +91,77 @@ void attention_combine(const AttentionShape& s, int g, int n_pieces, const float
   }
 }
 
-void typed_attention(const AttentionShape& s, const float* q, int64_t q_stride, const KvView& k, const KvView& v,
-                     int n, int pos0, float* out, ThreadPool& pool) {
+// Every token of every sequence: one pass converting the queries, one parallel loop (two when few
+// tokens leave threads idle) over all of them.
+void typed_attention(const AttentionShape& s, int64_t q_stride, std::span<const AttentionSeq> seqs, ThreadPool& pool) {
   const KernelTable& kt = kernels();
   const int hd = s.head_dim_k, hdv = s.head_dim_v, group = s.n_head / s.n_head_kv;
-  const Type qt = act_type(k.type);
+  const Type qt = act_type(seqs[0].k.type);
   const size_t q_row_bytes = row_bytes(qt, hd);
   const QuantizeFn to_q = kt.quantize[static_cast<uint32_t>(qt)];
+  struct Tok {
+    const AttentionSeq* seq;
+    int i;  // within the sequence
+  };
+  thread_local std::vector<Tok> toks;
+  toks.clear();
+  int max_pieces = 1;
+  for (const AttentionSeq& sq : seqs) {
+    for (int i = 0; i < sq.n; ++i) toks.push_back({&sq, i});
+    max_pieces = std::max(max_pieces, (sq.pos0 + sq.n - 1) / kAttnChunk + 1);
+  }
+  const int n = static_cast<int>(toks.size());
   thread_local std::vector<uint8_t> qa;
   if (qa.size() < static_cast<size_t>(n) * s.n_head * q_row_bytes) qa.resize(static_cast<size_t>(n) * s.n_head * q_row_bytes);
-  for (int i = 0; i < n; ++i) {
+  for (int t = 0; t < n; ++t) {
+    const float* qt_row = toks[static_cast<size_t>(t)].seq->q + static_cast<size_t>(toks[static_cast<size_t>(t)].i) * static_cast<size_t>(q_stride);
     for (int h = 0; h < s.n_head; ++h) {
-      to_q(q + static_cast<size_t>(i) * static_cast<size_t>(q_stride) + static_cast<size_t>(h) * hd,
-           qa.data() + (static_cast<size_t>(i) * s.n_head + h) * q_row_bytes, hd);
+      to_q(qt_row + static_cast<size_t>(h) * hd, qa.data() + (static_cast<size_t>(t) * s.n_head + h) * q_row_bytes, hd);
     }
   }
   // (the workers reach the buffers through pointers: a thread_local named in the lambda would be theirs)
   const uint8_t* qa_data = qa.data();
-  auto token_group = [&](int i, int g) {
-    const int pos = pos0 + i;
+  const Tok* tok = toks.data();
+  auto token_group = [&](int t, int g) {
+    const Tok& tk = tok[t];
+    const int pos = tk.seq->pos0 + tk.i;
     TokenGroup tg;
-    tg.qa = qa_data + (static_cast<size_t>(i) * s.n_head + static_cast<size_t>(g) * group) * q_row_bytes;
+    tg.qa = qa_data + (static_cast<size_t>(t) * s.n_head + static_cast<size_t>(g) * group) * q_row_bytes;
     tg.first = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
     tg.last = pos;
     return tg;
   };
+  auto out_of = [&](int t) { return tok[t].seq->out + static_cast<size_t>(tok[t].i) * s.n_head * hdv; };
   const size_t piece_floats = static_cast<size_t>(group) * (2 + static_cast<size_t>(hdv));
   const int64_t pairs = static_cast<int64_t>(n) * s.n_head_kv;
-  const int max_pieces = (pos0 + n - 1) / kAttnChunk + 1;
-  auto out_of = [&](int i) { return out + static_cast<size_t>(i) * s.n_head * hdv; };
   if (pairs >= 2 * pool.size() || max_pieces == 1) {
     // One task per token and KV head, its pieces in turn.
     pool.parallel_for(pairs, 1, [&](int, int64_t b, int64_t e) {
       thread_local std::vector<float> parts;
       for (int64_t p = b; p < e; ++p) {
-        const int i = static_cast<int>(p / s.n_head_kv), g = static_cast<int>(p % s.n_head_kv);
-        const TokenGroup tg = token_group(i, g);
+        const int t = static_cast<int>(p / s.n_head_kv), g = static_cast<int>(p % s.n_head_kv);
+        const TokenGroup tg = token_group(t, g);
         const int c0 = tg.first / kAttnChunk, c1 = tg.last / kAttnChunk;
         if (parts.size() < static_cast<size_t>(c1 - c0 + 1) * piece_floats) parts.resize(static_cast<size_t>(c1 - c0 + 1) * piece_floats);
-        for (int c = c0; c <= c1; ++c) attention_piece(s, k, v, tg, g, c, q_row_bytes, parts.data() + static_cast<size_t>(c - c0) * piece_floats);
-        attention_combine(s, g, c1 - c0 + 1, parts.data(), out_of(i));
+        for (int c = c0; c <= c1; ++c) {
+          attention_piece(s, tok[t].seq->k, tok[t].seq->v, tg, g, c, q_row_bytes, parts.data() + static_cast<size_t>(c - c0) * piece_floats);
+        }
+        attention_combine(s, g, c1 - c0 + 1, parts.data(), out_of(t));
       }
     });
     return;
   }
   // Few tokens (decoding): the pieces of every token and KV head are the tasks, then each pair's
   // pieces combine (the same pieces and the same combination as above).
-  struct Task { int i, g, c, slot; };
+  struct Task { int t, g, c, slot; };
   std::vector<Task> tasks;
   std::vector<int> first_slot(static_cast<size_t>(pairs) + 1, 0);
   int slots = 0;
-  for (int i = 0; i < n; ++i) {
+  for (int t = 0; t < n; ++t) {
     for (int g = 0; g < s.n_head_kv; ++g) {
-      const TokenGroup tg = token_group(i, g);
-      first_slot[static_cast<size_t>(i) * s.n_head_kv + g] = slots;
-      for (int c = tg.first / kAttnChunk; c <= tg.last / kAttnChunk; ++c) tasks.push_back({i, g, c, slots++});
+      const TokenGroup tg = token_group(t, g);
+      first_slot[static_cast<size_t>(t) * s.n_head_kv + g] = slots;
+      for (int c = tg.first / kAttnChunk; c <= tg.last / kAttnChunk; ++c) tasks.push_back({t, g, c, slots++});
     }
   }
   first_slot[static_cast<size_t>(pairs)] = slots;
@@ -153,16 +169,17 @@ void typed_attention(const AttentionShape& s, const float* q, int64_t q_stride, 
   if (parts.size() < static_cast<size_t>(slots) * piece_floats) parts.resize(static_cast<size_t>(slots) * piece_floats);
   float* parts_data = parts.data();
   pool.parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int, int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const Task& tk = tasks[static_cast<size_t>(t)];
-      attention_piece(s, k, v, token_group(tk.i, tk.g), tk.g, tk.c, q_row_bytes, parts_data + static_cast<size_t>(tk.slot) * piece_floats);
+    for (int64_t x = b; x < e; ++x) {
+      const Task& tk = tasks[static_cast<size_t>(x)];
+      attention_piece(s, tok[tk.t].seq->k, tok[tk.t].seq->v, token_group(tk.t, tk.g), tk.g, tk.c, q_row_bytes,
+                      parts_data + static_cast<size_t>(tk.slot) * piece_floats);
     }
   });
   pool.parallel_for(pairs, 1, [&](int, int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
-      const int i = static_cast<int>(p / s.n_head_kv), g = static_cast<int>(p % s.n_head_kv);
+      const int t = static_cast<int>(p / s.n_head_kv), g = static_cast<int>(p % s.n_head_kv);
       const int s0 = first_slot[static_cast<size_t>(p)], s1 = first_slot[static_cast<size_t>(p) + 1];
-      attention_combine(s, g, s1 - s0, parts_data + static_cast<size_t>(s0) * piece_floats, out_of(i));
+      attention_combine(s, g, s1 - s0, parts_data + static_cast<size_t>(s0) * piece_floats, out_of(t));
     }
   });
 }
@@ -175,7 +192,17 @@ void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride,
     causal_attention(s, q, q_stride, reinterpret_cast<const float*>(k.data), reinterpret_cast<const float*>(v.data), n,
                      pos0, out, pool);
   } else {
-    attention_core_detail::typed_attention(s, q, q_stride, k, v, n, pos0, out, pool);
+    const AttentionSeq one{q, k, v, n, pos0, out};
+    attention_core_detail::typed_attention(s, q_stride, std::span<const AttentionSeq>(&one, 1), pool);
+  }
+}
+
+void causal_attention(const AttentionShape& s, int64_t q_stride, std::span<const AttentionSeq> seqs, ThreadPool& pool) {
+  if (seqs.empty()) return;
+  if (seqs[0].k.type == Type::F32 && seqs[0].v.type == Type::F32) {
+    for (const AttentionSeq& sq : seqs) causal_attention(s, sq.q, q_stride, sq.k, sq.v, sq.n, sq.pos0, sq.out, pool);
+  } else {
+    attention_core_detail::typed_attention(s, q_stride, seqs, pool);
   }
 }
 

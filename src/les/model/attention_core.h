@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "les/model/kv_cache.h"
 #include "les/util/thread_pool.h"
@@ -41,6 +42,17 @@ void causal_attention(const AttentionShape& s, const float* q, int64_t q_stride,
                       int n, int pos0, float* out, ThreadPool& pool);
 
 inline constexpr int kAttnChunk = 256;
+
+// Several sequences' tokens at once (batched decoding), each over its own cache: the same results,
+// bit for bit, as one causal_attention call per sequence, in one parallel loop. All caches of one
+// type pair; q and out: the sequence's rows (q_stride apart; n_head * head_dim_v apart).
+struct AttentionSeq {
+  const float* q;
+  KvView k, v;
+  int n, pos0;
+  float* out;
+};
+void causal_attention(const AttentionShape& s, int64_t q_stride, std::span<const AttentionSeq> seqs, ThreadPool& pool);
 
 // Float rows (tests, f32 caches held as plain arrays): rows of n_head_kv * head_dim_k /
 // head_dim_v floats.

@@ -487,12 +487,14 @@ void Context::attention(const LayerWeights& L, int il, int n, int pos0) {
   AttentionShape as{cfg_.n_head, cfg_.n_head_kv, hd, hdv, 1.0f / std::sqrt(static_cast<float>(hd))};
   as.sinks = L.attn_sinks.data;
   as.window = cfg_.is_swa(il) ? cfg_.n_swa : 0;
+  attn_seqs_.clear();
   for (const Segment& sg : segs) {
     sg.ctx->k_rows_.write(slot, sg.pos0, k_.data() + sz(sg.begin) * sz(nk), sg.n);
     sg.ctx->v_rows_.write(slot, sg.pos0, v_.data() + sz(sg.begin) * sz(nv), sg.n);
-    causal_attention(as, q_.data() + sz(sg.begin) * sz(nq), nq, sg.ctx->k_rows_.view(slot), sg.ctx->v_rows_.view(slot),
-                     sg.n, sg.pos0, att_.data() + sz(sg.begin) * sz(cfg_.n_head) * sz(hdv), pool_);
+    attn_seqs_.push_back({q_.data() + sz(sg.begin) * sz(nq), sg.ctx->k_rows_.view(slot), sg.ctx->v_rows_.view(slot), sg.n,
+                          sg.pos0, att_.data() + sz(sg.begin) * sz(cfg_.n_head) * sz(hdv)});
   }
+  causal_attention(as, nq, attn_seqs_, pool_);
   if (rot_v) ops::hadamard_blocks(att_.data(), int64_t(n) * cfg_.n_head * hdv, rot_v);
   if (observer_) observer_(il, "kqv_out", att_.data(), n, cfg_.n_head * hdv);
 

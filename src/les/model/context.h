@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "les/model/attention_core.h"
 #include "les/model/delta_net.h"
 #include "les/model/expert_source.h"
 #include "les/model/gated_attention.h"
@@ -229,6 +230,7 @@ class Context {
   MatmulInputObserver matmul_observer_;
   std::unique_ptr<ProductNames> product_names_;  // built by the first set_matmul_observer
   std::vector<Segment> segs_;      // eval_together's current batch
+  std::vector<AttentionSeq> attn_seqs_;
   std::vector<float> together_logits_;
 };
 
