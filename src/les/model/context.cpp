@@ -172,6 +172,14 @@ void Context::eval_batches(int b, int e, bool all_logits, bool logits_last, int 
   }
 }
 
+void Context::check_token_ids(std::span<const int32_t> tokens) const {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
+    }
+  }
+}
+
 void Context::eval_mixed(std::span<const int32_t> tokens, const float* embd, int64_t n_rows, bool all_logits) {
   if (tokens.empty()) throw Error("eval: no tokens");
   int64_t rows = 0;
@@ -208,11 +216,7 @@ void Context::eval_mixed(std::span<const int32_t> tokens, const float* embd, int
 
 void Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) throw Error("eval: no tokens");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
-      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
-    }
-  }
+  check_token_ids(tokens);
   if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
     throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", n_past_,
                        tokens.size(), n_ctx_));
@@ -246,11 +250,7 @@ void Context::eval_together(std::span<const SeqTokens> batch) {
     for (const SeqTokens& o : batch) {
       if (&o != &b && o.ctx == b.ctx) throw Error("eval_together: a context given twice");
     }
-    for (size_t i = 0; i < b.tokens.size(); ++i) {
-      if (b.tokens[i] < 0 || b.tokens[i] >= cfg_.n_vocab) {
-        throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", b.tokens[i], i, cfg_.n_vocab));
-      }
-    }
+    check_token_ids(b.tokens);
     if (b.tokens.empty()) throw Error("eval_together: a sequence without tokens");
     if (b.ctx->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.ctx->n_ctx_) {
       throw Error(strfmt("context is full: %d positions used + %zu new tokens > context size %d", b.ctx->n_past_,
@@ -328,11 +328,7 @@ void Context::eval_from_layer(std::span<const int32_t> tokens, int first_layer, 
   if (tokens.empty() || static_cast<int64_t>(tokens.size()) > n_ctx_) {
     throw Error(strfmt("eval_from_layer: %zu tokens for a context of %d", tokens.size(), n_ctx_));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
-      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
-    }
-  }
+  check_token_ids(tokens);
   const int n_total = static_cast<int>(tokens.size());
   std::copy(tokens.begin(), tokens.end(), tokens_.begin());
   std::fill(embd_row_.begin(), embd_row_.begin() + n_total, -1);

@@ -177,6 +177,8 @@ class Context {
   // qwen35moe, qwen3next: DeltaNet or gated attention, deepseek2: MLA; + residual (il == n_layer: the MTP block).
   void hybrid_mixer(const LayerWeights& L, int il, int n, int pos0);
   void replay(int from, int to);               // re-evaluates tokens_[from, to) without logits
+  // Throws les::Error naming the first token id outside [0, n_vocab).
+  void check_token_ids(std::span<const int32_t> tokens) const;
   // Evaluates positions [b, e) of tokens_ in batches of n_batch, tokens and embedding rows alike.
   void eval_batches(int b, int e, bool all_logits, bool logits_last, int out_base);
   void ffn(const LayerWeights& L, int il, int n);

@@ -32,11 +32,7 @@ void Context::mtp_eval(std::span<const int32_t> tokens, const float* hidden) {
   if (!t.present()) throw Error("mtp_eval: the model has no MTP (NextN) block");
   if (!t.runnable()) throw Error("mtp_eval: the MTP block has no routed experts");
   if (tokens.empty()) throw Error("mtp_eval: no tokens");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
-      throw Error(strfmt("token id %d at index %zu is out of range [0, %d)", tokens[i], i, cfg_.n_vocab));
-    }
-  }
+  check_token_ids(tokens);
   if (mtp_n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
     throw Error(strfmt("MTP context is full: %d positions used + %zu new rows > context size %d", mtp_n_past_,
                        tokens.size(), n_ctx_));
